@@ -1,0 +1,1 @@
+"""Pure translation between the two chat dialects and the canonical model. No I/O."""

@@ -1,0 +1,236 @@
+"""The dialect-neutral chat request and the one stream of events every backend yields.
+
+Adapters translate OpenAI and Ollama wire shapes to and from these types; backends
+consume a :class:`ChatRequest` and yield :data:`Event` values. A non-streaming reply
+is the aggregate of the same events (see :mod:`adapters.aggregate`), so there is one
+path, not two.
+
+Unset sampling fields are ``None`` on purpose: "the client did not say" must stay
+distinguishable from any value, so a model's configured defaults can fill the gaps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+Role = Literal["system", "user", "assistant", "tool"]
+ThinkLevel = Literal["low", "medium", "high"]
+FinishReason = Literal["stop", "length", "tool_calls", "load", "unload"]
+
+
+# -- request ---------------------------------------------------------------------------
+
+
+class TextPart(msgspec.Struct, tag="text", frozen=True):
+    text: str
+
+
+class ImagePart(msgspec.Struct, tag="image", frozen=True):
+    """Image bytes already decoded from base64; ``mime_type`` sniffed or declared."""
+
+    data: bytes
+    mime_type: str = "application/octet-stream"
+
+
+Part = Union[TextPart, ImagePart]
+
+
+class ToolCall(msgspec.Struct):
+    """A whole tool call. Arguments are an object (key order kept), never a JSON string."""
+
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    id: str | None = None
+    index: int = 0
+
+
+class Message(msgspec.Struct):
+    role: Role
+    parts: list[Part] = msgspec.field(default_factory=list)
+    thinking: str | None = None
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    # For role "tool": which call this answers and that call's function name.
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    name: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> list[ImagePart]:
+        return [p for p in self.parts if isinstance(p, ImagePart)]
+
+
+class Tool(msgspec.Struct):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ToolChoice(msgspec.Struct, frozen=True):
+    """``auto`` (default), ``none`` (no calls), ``required`` (at least one call) or
+    ``function`` (exactly the function called ``name``)."""
+
+    mode: Literal["auto", "none", "required", "function"] = "auto"
+    name: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, frozen=True):
+    """``text`` (no constraint), ``json`` (any JSON object) or ``json_schema``."""
+
+    type: Literal["text", "json", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    strict: bool | None = None
+
+
+class SamplingOptions(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+    """Every sampling knob of Ollama's ``ModelOptions`` plus OpenAI's penalties.
+
+    ``None`` means "not given": :func:`SamplingOptions.merged` fills it from defaults.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    tfs_z: float | None = None
+    mirostat: Literal[0, 1, 2] | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    seed: int | None = None
+    num_predict: int | None = None
+    num_ctx: int | None = None
+    stop: list[str] | None = None
+
+    def merged(self, defaults: SamplingOptions | None) -> SamplingOptions:
+        """These options with every unset field taken from ``defaults``."""
+        if defaults is None:
+            return self
+        changes = {
+            field: getattr(defaults, field)
+            for field in self.__struct_fields__
+            if getattr(self, field) is None and getattr(defaults, field) is not None
+        }
+        return msgspec.structs.replace(self, **changes) if changes else self
+
+
+class ChatRequest(msgspec.Struct):
+    model: str
+    messages: list[Message]
+    tools: list[Tool] = msgspec.field(default_factory=list)
+    tool_choice: ToolChoice = ToolChoice()
+    options: SamplingOptions = SamplingOptions()
+    response_format: ResponseFormat = ResponseFormat()
+    # None: the model's own default. False: off. True: on at the model's default depth.
+    think: bool | None = None
+    think_level: ThinkLevel | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    stream: bool = False
+    # Seconds; None = the model's configured default, 0 = unload after this request,
+    # negative = keep loaded forever.
+    keep_alive: float | None = None
+
+
+# -- events ----------------------------------------------------------------------------
+
+
+class Usage(msgspec.Struct, frozen=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Timings(msgspec.Struct, frozen=True):
+    """Nanoseconds, as Ollama reports them."""
+
+    total_ns: int = 0
+    load_ns: int = 0
+    prompt_eval_ns: int = 0
+    eval_ns: int = 0
+
+
+class TopLogprob(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[TopLogprob] = []
+
+
+class RoleStart(msgspec.Struct, tag="role", frozen=True):
+    """Opens a reply; OpenAI's first chunk carries it."""
+
+    role: Role = "assistant"
+
+
+class ContentDelta(msgspec.Struct, tag="content", frozen=True):
+    text: str
+
+
+class ThinkingDelta(msgspec.Struct, tag="thinking", frozen=True):
+    text: str
+
+
+class ToolCallDone(msgspec.Struct, tag="tool_call", frozen=True):
+    """A complete call, as local backends emit them as soon as their parser closes one."""
+
+    call: ToolCall
+
+
+class ToolCallFragment(msgspec.Struct, tag="tool_call_fragment", frozen=True):
+    """A piece of a call as OpenAI-style upstreams stream them: the first fragment of an
+    ``index`` carries ``id`` and ``name``; ``arguments`` pieces concatenate to JSON."""
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+class Logprobs(msgspec.Struct, tag="logprobs", frozen=True):
+    tokens: list[TokenLogprob]
+
+
+class Finish(msgspec.Struct, tag="finish", frozen=True):
+    reason: FinishReason = "stop"
+    usage: Usage = Usage()
+    timings: Timings = Timings()
+
+
+class ErrorEvent(msgspec.Struct, tag="error", frozen=True):
+    """A failure after the backend started. ``status`` is what the client would have
+    got had nothing been streamed yet."""
+
+    message: str
+    status: int = 500
+    retry_after: float | None = None
+
+
+Event = Union[
+    RoleStart,
+    ContentDelta,
+    ThinkingDelta,
+    ToolCallDone,
+    ToolCallFragment,
+    Logprobs,
+    Finish,
+    ErrorEvent,
+]

@@ -1,0 +1,53 @@
+"""Ollama's native chat dialect (``POST /api/chat``, NDJSON), client side and upstream side."""
+
+from __future__ import annotations
+
+from adapters.ollama.convert import (
+    parse_format,
+    parse_keep_alive,
+    parse_think,
+    parse_upstream_error,
+    to_canonical,
+    to_upstream,
+)
+from adapters.ollama.stream import (
+    StreamEncoder,
+    UpstreamStreamDecoder,
+    created_at,
+    parse_upstream_response,
+    render_error,
+    render_load_response,
+    render_response,
+)
+from adapters.ollama.wire import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    ErrorResponse,
+    ModelOptions,
+    ToolCall,
+    ToolDefinition,
+)
+
+__all__ = [
+    "ChatMessage",
+    "ChatRequest",
+    "ChatResponse",
+    "ErrorResponse",
+    "ModelOptions",
+    "StreamEncoder",
+    "ToolCall",
+    "ToolDefinition",
+    "UpstreamStreamDecoder",
+    "created_at",
+    "parse_format",
+    "parse_keep_alive",
+    "parse_think",
+    "parse_upstream_error",
+    "parse_upstream_response",
+    "render_error",
+    "render_load_response",
+    "render_response",
+    "to_canonical",
+    "to_upstream",
+]

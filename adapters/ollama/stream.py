@@ -1,0 +1,338 @@
+"""Canonical events ⇄ Ollama's NDJSON reply, both directions.
+
+Clients get whole tool calls with object arguments, never argument fragments: fragments
+from OpenAI-style upstreams are accumulated here and a call is written as soon as it is
+complete. ``created_at`` is the real time of each object, with nanoseconds, as Go writes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+
+from adapters.aggregate import ChatResult, MalformedToolCall, ToolCallAccumulator, parse_arguments
+from adapters.canonical import (
+    ContentDelta,
+    ErrorEvent,
+    Event,
+    Finish,
+    FinishReason,
+    Logprobs,
+    RoleStart,
+    ThinkingDelta,
+    Timings,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDone,
+    ToolCallFragment,
+    TopLogprob,
+    Usage,
+)
+from adapters.errors import DragomanError
+from adapters.ollama import wire
+from adapters.ollama.convert import wire_tool_call
+
+_encoder = msgspec.json.Encoder()
+_ASSISTANT_EMPTY = wire.ResponseMessage(role="assistant", content="")
+# Ollama has no "tool_calls" done_reason: a reply with calls simply stops.
+_DONE_REASON: dict[FinishReason, str] = {
+    "stop": "stop",
+    "tool_calls": "stop",
+    "length": "length",
+    "load": "load",
+    "unload": "unload",
+}
+
+
+def created_at(ns: int | None = None) -> str:
+    """RFC 3339 UTC with nanoseconds: ``2026-11-29T18:07:06.123456789Z``."""
+    seconds, nanos = divmod(time.time_ns() if ns is None else ns, 1_000_000_000)
+    return f"{_second(seconds)}.{nanos:09d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+# -- canonical events → client NDJSON ---------------------------------------------------
+
+
+class StreamEncoder:
+    """One per streamed reply: each canonical event becomes zero or more NDJSON lines."""
+
+    media_type = "application/x-ndjson"
+
+    def __init__(self, model: str, *, include_usage: bool = False) -> None:
+        del include_usage  # Ollama's final line always carries the counts
+        self._model = model
+        self._calls_sent = 0
+        self._fragments = ToolCallAccumulator()
+        self._failed = False
+
+    def encode(self, event: Event) -> bytes:
+        if self._failed:
+            return b""
+        if isinstance(event, ContentDelta):
+            return self._line(wire.ResponseMessage(role="assistant", content=event.text)) if event.text else b""
+        if isinstance(event, ThinkingDelta):
+            message = wire.ResponseMessage(role="assistant", content="", thinking=event.text)
+            return self._line(message) if event.text else b""
+        if isinstance(event, ToolCallDone):
+            return self._calls([event.call])
+        if isinstance(event, ToolCallFragment):
+            return self._complete_calls(lambda: self._fragments.add(event))
+        if isinstance(event, Logprobs):
+            return self._line(_ASSISTANT_EMPTY, logprobs=wire_logprobs(event.tokens))
+        if isinstance(event, Finish):
+            return self._complete_calls(self._fragments.finish) + self._finish(event)
+        if isinstance(event, ErrorEvent):
+            self._failed = True
+            return _error_line(event.message)
+        if isinstance(event, RoleStart):
+            return b""
+        raise TypeError(f"unknown event {event!r}")  # pragma: no cover - exhaustiveness
+
+    def error(self, err: DragomanError) -> bytes:
+        self._failed = True
+        return _error_line(err.message)
+
+    def close(self) -> bytes:
+        return b""
+
+    def _complete_calls(self, complete: Callable[[], list[ToolCall]]) -> bytes:
+        try:
+            calls = complete()
+        except MalformedToolCall as exc:
+            self._failed = True
+            return _error_line(exc.message)
+        return self._calls(calls)
+
+    def _calls(self, calls: list[ToolCall]) -> bytes:
+        lines = []
+        for call in calls:
+            message = wire.ResponseMessage(
+                role="assistant", content="", tool_calls=[_numbered_call(call, self._calls_sent)]
+            )
+            self._calls_sent += 1
+            lines.append(self._line(message))
+        return b"".join(lines)
+
+    def _finish(self, event: Finish) -> bytes:
+        if self._failed:
+            return b""
+        return _encode_line(_final(self._model, _ASSISTANT_EMPTY, event.reason, event.usage, event.timings))
+
+    def _line(self, message: wire.ResponseMessage, logprobs: list[wire.Logprob] | None = None) -> bytes:
+        chunk = wire.ChatResponse(
+            model=self._model, created_at=created_at(), message=message, done=False, logprobs=logprobs
+        )
+        return _encode_line(chunk)
+
+
+def _numbered_call(call: ToolCall, index: int) -> wire.ToolCall:
+    # Indices count calls in order of completion: local parsers leave them all 0.
+    return wire_tool_call(msgspec.structs.replace(call, id=call.id or new_call_id()), index)
+
+
+def _final(
+    model: str,
+    message: wire.ResponseMessage,
+    reason: FinishReason,
+    usage: Usage,
+    timings: Timings,
+    logprobs: list[wire.Logprob] | None = None,
+) -> wire.ChatResponse:
+    return wire.ChatResponse(
+        model=model,
+        created_at=created_at(),
+        message=message,
+        done=True,
+        done_reason=_DONE_REASON[reason],
+        logprobs=logprobs,
+        total_duration=timings.total_ns,
+        load_duration=timings.load_ns,
+        prompt_eval_count=usage.prompt_tokens,
+        prompt_eval_duration=timings.prompt_eval_ns,
+        eval_count=usage.completion_tokens,
+        eval_duration=timings.eval_ns,
+    )
+
+
+def wire_logprobs(tokens: list[TokenLogprob]) -> list[wire.Logprob]:
+    return [
+        wire.Logprob(
+            token=t.token,
+            logprob=t.logprob,
+            bytes=t.bytes,
+            top_logprobs=[wire.TokenLogprob(token=a.token, logprob=a.logprob, bytes=a.bytes) for a in t.top_logprobs]
+            or None,
+        )
+        for t in tokens
+    ]
+
+
+def _encode_line(value: msgspec.Struct) -> bytes:
+    return _encoder.encode(value) + b"\n"
+
+
+def _error_line(message: str) -> bytes:
+    return _encode_line(wire.ErrorResponse(error=message))
+
+
+# -- whole replies ------------------------------------------------------------------------
+
+
+def render_response(result: ChatResult, model: str) -> bytes:
+    """The non-streaming ``/api/chat`` reply."""
+    message = wire.ResponseMessage(
+        role="assistant",
+        content=result.content,
+        thinking=result.thinking or None,
+        tool_calls=[_numbered_call(c, i) for i, c in enumerate(result.tool_calls)] or None,
+    )
+    logprobs = wire_logprobs(result.logprobs) if result.logprobs else None
+    return _encoder.encode(_final(model, message, result.finish_reason, result.usage, result.timings, logprobs))
+
+
+def render_load_response(model: str, done_reason: Literal["load", "unload"]) -> bytes:
+    """The reply to empty ``messages``: the model was loaded (or, keep_alive 0, unloaded)."""
+    reply = wire.ChatResponse(
+        model=model, created_at=created_at(), message=_ASSISTANT_EMPTY, done=True, done_reason=done_reason
+    )
+    return _encoder.encode(reply)
+
+
+def render_error(err: DragomanError) -> bytes:
+    return _encoder.encode(wire.ErrorResponse(error=err.message))
+
+
+# -- upstream NDJSON → canonical events ---------------------------------------------------
+
+_FINISH_REASON: dict[str, FinishReason] = {"stop": "stop", "length": "length", "load": "load", "unload": "unload"}
+_line_decoder = msgspec.json.Decoder(wire.UpstreamChatResponse)
+
+
+class UpstreamStreamDecoder:
+    """Reads an Ollama server's reply one NDJSON line at a time."""
+
+    def __init__(self) -> None:
+        self._started = False
+        self._ended = False
+        self._calls_seen = 0
+
+    def feed(self, line: bytes) -> list[Event]:
+        line = line.strip()
+        if not line or self._ended:
+            return []
+        try:
+            reply = _line_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            return self._end(ErrorEvent(f"upstream sent a malformed line: {exc}", status=502))
+        return self._reply_events(reply)
+
+    def finish(self) -> list[Event]:
+        if self._ended:
+            return []
+        return self._end(ErrorEvent("upstream stream ended before its final (done) line", status=502))
+
+    def _reply_events(self, reply: wire.UpstreamChatResponse) -> list[Event]:
+        if reply.error is not None:
+            return self._end(ErrorEvent(reply.error, status=reply.status or 500))
+        events: list[Event] = []
+        if not self._started:
+            self._started = True
+            events.append(RoleStart())
+        if reply.message is not None:
+            try:
+                events += self._message_events(reply.message)
+            except MalformedToolCall as exc:
+                return self._end(ErrorEvent(exc.message, status=502), events)
+        if reply.logprobs:
+            events.append(Logprobs(tokens=_canonical_logprobs(reply.logprobs)))
+        if reply.done:
+            self._ended = True
+            events.append(_upstream_finish(reply))
+        return events
+
+    def _end(self, error: ErrorEvent, events: list[Event] | None = None) -> list[Event]:
+        self._ended = True
+        return [*(events or []), error]
+
+    def _message_events(self, message: wire.ChatMessage) -> list[Event]:
+        events: list[Event] = []
+        if message.thinking:
+            events.append(ThinkingDelta(message.thinking))
+        if message.content:
+            events.append(ContentDelta(message.content))
+        for call in message.tool_calls or []:
+            events.append(ToolCallDone(_upstream_call(call, self._calls_seen)))
+            self._calls_seen += 1
+        return events
+
+
+def _upstream_call(call: wire.ToolCall, index: int) -> ToolCall:
+    arguments = call.function.arguments
+    if isinstance(arguments, str):
+        arguments = parse_arguments(arguments, call.function.name)
+    return ToolCall(name=call.function.name, arguments=arguments, id=call.id, index=index)
+
+
+def _upstream_finish(reply: wire.UpstreamChatResponse) -> Finish:
+    return Finish(
+        reason=_FINISH_REASON.get(reply.done_reason or "stop", "stop"),
+        usage=Usage(prompt_tokens=reply.prompt_eval_count, completion_tokens=reply.eval_count),
+        timings=Timings(
+            total_ns=reply.total_duration,
+            load_ns=reply.load_duration,
+            prompt_eval_ns=reply.prompt_eval_duration,
+            eval_ns=reply.eval_duration,
+        ),
+    )
+
+
+def _canonical_logprobs(logprobs: list[wire.Logprob]) -> list[TokenLogprob]:
+    return [
+        TokenLogprob(
+            token=lp.token,
+            logprob=lp.logprob,
+            bytes=lp.bytes,
+            top_logprobs=[TopLogprob(token=a.token, logprob=a.logprob, bytes=a.bytes) for a in lp.top_logprobs or []],
+        )
+        for lp in logprobs
+    ]
+
+
+def parse_upstream_response(body: bytes) -> list[Event]:
+    """A non-streaming reply as events; an NDJSON body (stream flag ignored) works too."""
+    decoder = UpstreamStreamDecoder()
+    events: list[Event] = []
+    try:
+        # One object, however it is laid out over lines.
+        events += decoder._reply_events(_line_decoder.decode(body))
+    except msgspec.DecodeError:
+        for line in body.splitlines():
+            events += decoder.feed(line)
+    return events + decoder.finish()
+
+
+__all__ = [
+    "StreamEncoder",
+    "UpstreamStreamDecoder",
+    "created_at",
+    "new_call_id",
+    "parse_upstream_response",
+    "render_error",
+    "render_load_response",
+    "render_response",
+    "wire_logprobs",
+]

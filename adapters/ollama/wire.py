@@ -1,0 +1,160 @@
+"""Ollama's native ``/api/chat`` wire shapes, spelled as the seed spec and Ollama spell them.
+
+Request Structs are Litestar's ``data:`` types: decoding checks types and the ranges the
+spec states, so a wrong type is a 400 (Ollama answers 500). Unknown fields are ignored,
+as real clients send extras. Values that types cannot check (``think`` strings, the
+``format`` string, ``keep_alive`` strings, image base64) are checked by ``convert``.
+
+All request Structs use ``omit_defaults`` so that :func:`convert.to_upstream` writes
+only what was set; response Structs use it so optional fields are absent, never null.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+UnitInterval = Annotated[float, Meta(ge=0.0, le=1.0)]
+
+# -- request ---------------------------------------------------------------------------
+
+
+class ToolCallFunction(msgspec.Struct, kw_only=True):
+    index: int = 0
+    name: str
+    # An object on Ollama's wire; a JSON string (OpenAI's habit) is accepted too.
+    arguments: dict[str, Any] | str = msgspec.field(default_factory=dict)
+
+
+class ToolCall(msgspec.Struct, omit_defaults=True, kw_only=True):
+    id: str | None = None
+    function: ToolCallFunction
+
+
+class ToolDefinitionFunction(msgspec.Struct, omit_defaults=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDefinition(msgspec.Struct, kw_only=True):
+    type: str = "function"
+    function: ToolDefinitionFunction
+
+
+class ChatMessage(msgspec.Struct, omit_defaults=True):
+    # A plain string: Ollama lower-cases roles, and convert names the bad one.
+    role: str
+    content: str = ""
+    thinking: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class ModelOptions(msgspec.Struct, omit_defaults=True):
+    """The seed spec's options plus the two penalties Ollama also takes."""
+
+    seed: int | None = None
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
+    top_p: UnitInterval | None = None
+    min_p: UnitInterval | None = None
+    # A single string is accepted as a list of one.
+    stop: list[str] | str | None = None
+    num_ctx: int | None = None
+    num_predict: int | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    tfs_z: float | None = None
+    mirostat: Literal[0, 1, 2] | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class ChatRequest(msgspec.Struct, omit_defaults=True):
+    model: str
+    # Empty (or absent, as Go reads it) means "load the model".
+    messages: list[ChatMessage] = msgspec.field(default_factory=list)
+    tools: list[ToolDefinition] | None = None
+    # "json" or a JSON Schema object; any other string is refused by convert.
+    format: str | dict[str, Any] | None = None
+    stream: bool = True
+    # true / false / "low" / "medium" / "high"; strings are checked by convert.
+    think: bool | str | None = None
+    # Seconds as a number, or a Go duration string such as "5m".
+    keep_alive: float | str | None = None
+    options: ModelOptions | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] = 0
+
+
+# -- response --------------------------------------------------------------------------
+
+
+class TokenLogprob(msgspec.Struct, omit_defaults=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class Logprob(msgspec.Struct, omit_defaults=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[TokenLogprob] | None = None
+
+
+class ResponseMessage(msgspec.Struct, omit_defaults=True):
+    """``message`` of a reply: ``content`` is always present, even when empty."""
+
+    role: str
+    content: str
+    thinking: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChatResponse(msgspec.Struct, omit_defaults=True):
+    """One NDJSON line, or the whole non-streaming reply. Counts and durations are set
+    only on the final (``done: true``) object."""
+
+    model: str
+    created_at: str
+    message: ResponseMessage
+    done: bool
+    done_reason: str | None = None
+    logprobs: list[Logprob] | None = None
+    total_duration: int | None = None
+    load_duration: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
+
+
+class ErrorResponse(msgspec.Struct):
+    error: str
+
+
+class UpstreamChatResponse(msgspec.Struct):
+    """A line (or whole reply) from an upstream Ollama server, read leniently: every
+    field may be missing, and an ``error`` line has nothing else."""
+
+    model: str = ""
+    message: ChatMessage | None = None
+    done: bool = False
+    done_reason: str | None = None
+    logprobs: list[Logprob] | None = None
+    total_duration: int = 0
+    load_duration: int = 0
+    prompt_eval_count: int = 0
+    prompt_eval_duration: int = 0
+    eval_count: int = 0
+    eval_duration: int = 0
+    error: str | None = None
+    status: int | None = None

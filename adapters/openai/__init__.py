@@ -1,0 +1,35 @@
+"""The OpenAI Chat Completions dialect: client requests in, replies out, and the same
+dialect spoken to OpenAI-compatible upstreams."""
+
+from __future__ import annotations
+
+from adapters.openai.convert import to_canonical, to_upstream
+from adapters.openai.stream import StreamEncoder, render_error, render_response
+from adapters.openai.upstream import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
+from adapters.openai.wire import (
+    ChatCompletionMessage,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamResponse,
+    ContentPart,
+    OpenAIToolCall,
+    OpenAIToolDefinition,
+)
+
+__all__ = [
+    "ChatCompletionMessage",
+    "ChatCompletionRequest",
+    "ChatCompletionResponse",
+    "ChatCompletionStreamResponse",
+    "ContentPart",
+    "OpenAIToolCall",
+    "OpenAIToolDefinition",
+    "StreamEncoder",
+    "UpstreamStreamDecoder",
+    "parse_upstream_error",
+    "parse_upstream_response",
+    "render_error",
+    "render_response",
+    "to_canonical",
+    "to_upstream",
+]

@@ -1,0 +1,418 @@
+"""OpenAI chat requests to canonical ones (client side) and back (upstream side).
+
+Checks that types alone cannot express raise ``RequestError`` with the field path as the
+client wrote it (``messages[1].content[0].type``), so the 400 says what to fix.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+import msgspec
+
+from adapters.canonical import (
+    ChatRequest,
+    ImagePart,
+    Message,
+    Part,
+    ResponseFormat,
+    SamplingOptions,
+    TextPart,
+    ThinkLevel,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+from adapters.durations import parse_duration
+from adapters.errors import RequestError, UnsupportedFeature
+from adapters.images import decode_base64_image, sniff_image_mime
+from adapters.openai import wire
+from adapters.openai.ids import new_call_id
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+TOOL_CHOICE_MODES = ("none", "auto", "required")
+MAX_TOP_LOGPROBS = 20
+# Sampling options with a top-level OpenAI field of the same name.
+OPENAI_OPTIONS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
+# Options OpenAI has no field for; vLLM-style servers take them as extra body fields.
+EXTRA_OPTIONS = (
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "tfs_z",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "num_ctx",
+)
+
+_URL_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
+_encoder = msgspec.json.Encoder()
+
+
+# -- client request -> canonical --------------------------------------------------------
+
+
+def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
+    """The canonical request for an OpenAI client's request."""
+    _refuse_unsupported(request)
+    tools = [_tool(t) for t in request.tools or ()]
+    think, think_level = _reasoning(request)
+    return ChatRequest(
+        model=request.model,
+        messages=_messages(request.messages),
+        tools=tools,
+        tool_choice=_tool_choice(request.tool_choice, tools),
+        options=_options(request),
+        response_format=_response_format(request.response_format),
+        think=think,
+        think_level=think_level,
+        logprobs=bool(request.logprobs),
+        top_logprobs=_top_logprobs(request),
+        stream=request.stream,
+        keep_alive=_keep_alive(request.keep_alive),
+    )
+
+
+def _refuse_unsupported(request: wire.ChatCompletionRequest) -> None:
+    if request.n is not None and request.n != 1:
+        raise UnsupportedFeature(f"n: only one choice per request is supported (n=1), got {request.n}", param="n")
+    if request.logit_bias:
+        raise UnsupportedFeature("logit_bias: not supported; omit it or send {}", param="logit_bias")
+
+
+def _reasoning(request: wire.ChatCompletionRequest) -> tuple[bool | None, ThinkLevel | None]:
+    effort, param = request.reasoning_effort, "reasoning_effort"
+    if request.reasoning is not None and request.reasoning.effort is not None:
+        effort, param = request.reasoning.effort, "reasoning.effort"
+    if effort is None:
+        return None, None
+    if effort not in REASONING_EFFORTS:
+        allowed = ", ".join(REASONING_EFFORTS)
+        raise RequestError(f"{param}: unsupported value '{effort}'; allowed: {allowed}", param=param)
+    if effort == "none":
+        return False, None
+    return True, "low" if effort == "minimal" else effort  # type: ignore[return-value]
+
+
+def _tool_choice(choice: str | wire.NamedToolChoice | None, tools: list[Tool]) -> ToolChoice:
+    if choice is None:
+        return ToolChoice()
+    if isinstance(choice, wire.NamedToolChoice):
+        name = choice.function.name
+        if all(tool.name != name for tool in tools):
+            param = "tool_choice.function.name"
+            raise RequestError(f"{param}: no tool named '{name}' in tools", param=param)
+        return ToolChoice(mode="function", name=name)
+    if choice not in TOOL_CHOICE_MODES:
+        allowed = ", ".join(TOOL_CHOICE_MODES)
+        message = f"tool_choice: unsupported value '{choice}'; allowed: {allowed}, or a named function"
+        raise RequestError(message, param="tool_choice")
+    if choice == "required" and not tools:
+        raise RequestError("tool_choice: 'required' needs at least one tool in tools", param="tool_choice")
+    return ToolChoice(mode=choice)  # type: ignore[arg-type]
+
+
+def _options(request: wire.ChatCompletionRequest) -> SamplingOptions:
+    # Unset stays None so the model's configured defaults apply (Ollama forces 1.0).
+    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    return SamplingOptions(
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        min_p=request.min_p,
+        repeat_penalty=request.repeat_penalty,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        seed=request.seed,
+        num_predict=max_tokens,
+        stop=_stop(request.stop),
+    )
+
+
+def _stop(stop: str | list[str] | None) -> list[str] | None:
+    sequences = [stop] if isinstance(stop, str) else stop or []
+    return [s for s in sequences if s] or None
+
+
+def _response_format(fmt: wire.ResponseFormat | None) -> ResponseFormat:
+    if fmt is None or fmt.type == "text":
+        return ResponseFormat()
+    if fmt.type == "json_object":
+        return ResponseFormat(type="json")
+    spec = fmt.json_schema
+    if spec is None:
+        param = "response_format.json_schema"
+        raise RequestError(f"{param}: required when response_format.type is 'json_schema'", param=param)
+    if spec.schema is None:  # a schema-less json_schema asks for any JSON object
+        return ResponseFormat(type="json", name=spec.name, strict=spec.strict)
+    return ResponseFormat(type="json_schema", schema=spec.schema, name=spec.name, strict=spec.strict)
+
+
+def _top_logprobs(request: wire.ChatCompletionRequest) -> int:
+    top = request.top_logprobs
+    if top is None:
+        return 0
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        message = f"top_logprobs: must be between 0 and {MAX_TOP_LOGPROBS}, got {top}"
+        raise RequestError(message, param="top_logprobs")
+    if not request.logprobs:
+        raise RequestError("top_logprobs: requires logprobs to be true", param="top_logprobs")
+    return top
+
+
+def _keep_alive(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise RequestError(f"keep_alive: {exc}", param="keep_alive") from exc
+
+
+def _tool(tool: wire.OpenAIToolDefinition) -> Tool:
+    function = tool.function
+    return Tool(name=function.name, description=function.description, parameters=function.parameters or {})
+
+
+def _messages(messages: list[wire.ChatCompletionMessage]) -> list[Message]:
+    converted: list[Message] = []
+    for i, message in enumerate(messages):
+        converted.append(_message(message, i, converted))
+    return converted
+
+
+def _message(message: wire.ChatCompletionMessage, i: int, earlier: list[Message]) -> Message:
+    parts = _parts(message.content, f"messages[{i}].content")
+    if message.role == "assistant":
+        return Message(
+            role="assistant",
+            parts=parts,
+            thinking=message.reasoning_content or message.reasoning or None,
+            tool_calls=[_tool_call(c, f"messages[{i}].tool_calls[{j}]", j) for j, c in enumerate(message.tool_calls or ())],
+            name=message.name,
+        )
+    if message.role == "tool":
+        return Message(
+            role="tool",
+            parts=parts,
+            tool_call_id=message.tool_call_id,
+            tool_name=_called_function(message.tool_call_id, earlier) or message.name,
+            name=message.name,
+        )
+    # Ollama passes "developer" through as an unknown role; it is OpenAI's new "system".
+    role = "system" if message.role == "developer" else message.role
+    return Message(role=role, parts=parts, name=message.name)
+
+
+def _called_function(call_id: str | None, earlier: list[Message]) -> str | None:
+    """The function name of the latest earlier call with this id."""
+    if call_id is None:
+        return None
+    for message in reversed(earlier):
+        for call in message.tool_calls:
+            if call.id == call_id:
+                return call.name
+    return None
+
+
+def _parts(content: str | list[wire.ContentPart] | None, path: str) -> list[Part]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextPart(content)] if content else []
+    # All parts stay in one message (Ollama splits them into one message each).
+    return [_part(part, f"{path}[{j}]") for j, part in enumerate(content)]
+
+
+def _part(part: wire.ContentPart, path: str) -> Part:
+    if part.type == "text":
+        if part.text is None:
+            raise RequestError(f"{path}.text: required for a text part", param=f"{path}.text")
+        return TextPart(part.text)
+    if part.type == "image_url":
+        return _image(part.image_url, f"{path}.image_url")
+    param = f"{path}.type"
+    raise RequestError(f"{param}: unsupported content part type '{part.type}'; allowed: text, image_url", param=param)
+
+
+def _image(image_url: wire.ImageURL | str | None, path: str) -> ImagePart:
+    if image_url is None:
+        raise RequestError(f"{path}: required for an image_url part", param=path)
+    url, param = (image_url, path) if isinstance(image_url, str) else (image_url.url, f"{path}.url")
+    if _URL_SCHEME.match(url):
+        # Fetching client-named URLs from the server is an SSRF risk.
+        message = f"{param}: remote image URLs are not fetched; send the image as a data URI (data:image/png;base64,…)"
+        raise RequestError(message, param=param)
+    return decode_base64_image(url, param)
+
+
+def _tool_call(call: wire.OpenAIToolCall, path: str, position: int) -> ToolCall:
+    arguments = _arguments(call.function.arguments, f"{path}.function.arguments")
+    return ToolCall(name=call.function.name, arguments=arguments, id=call.id, index=position)
+
+
+def _arguments(value: str | dict[str, Any], param: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if not value.strip():  # Ollama 400s on "", which some clients send for no arguments
+        return {}
+    try:
+        decoded = msgspec.json.decode(value)
+    except msgspec.DecodeError as exc:
+        raise RequestError(f"{param}: not valid JSON ({exc})", param=param) from exc
+    if not isinstance(decoded, dict):
+        raise RequestError(f"{param}: must be a JSON object", param=param)
+    return decoded
+
+
+# -- canonical -> upstream request ------------------------------------------------------
+
+
+def to_upstream(request: ChatRequest, model: str, *, extra_options: bool = False) -> tuple[bytes, list[str]]:
+    """The JSON body for an OpenAI-speaking upstream, and the names of the options it
+    could not carry (sent as extra body fields instead when ``extra_options``)."""
+    body: dict[str, Any] = {"model": model, "messages": _upstream_messages(request.messages)}
+    dropped = _put_options(body, request.options, extra_options=extra_options)
+    if request.tools:
+        body["tools"] = [_upstream_tool(tool) for tool in request.tools]
+        if request.tool_choice.mode != "auto":
+            body["tool_choice"] = _upstream_tool_choice(request.tool_choice)
+    if request.response_format.type != "text":
+        body["response_format"] = _upstream_format(request.response_format)
+    effort = _upstream_effort(request)
+    if effort is not None:
+        body["reasoning_effort"] = effort
+    if request.logprobs:
+        body["logprobs"] = True
+        if request.top_logprobs:
+            body["top_logprobs"] = request.top_logprobs
+    body["stream"] = request.stream
+    if request.stream:
+        body["stream_options"] = {"include_usage": True}
+    return _encoder.encode(body), dropped
+
+
+def _put_options(body: dict[str, Any], options: SamplingOptions, *, extra_options: bool) -> list[str]:
+    for name in OPENAI_OPTIONS:
+        value = getattr(options, name)
+        if value is not None:
+            body[name] = value
+    # Negative num_predict is Ollama's "no limit", which is also OpenAI's default.
+    if options.num_predict is not None and options.num_predict >= 0:
+        body["max_tokens"] = options.num_predict
+    if options.stop:
+        body["stop"] = options.stop
+    dropped = []
+    # repeat_penalty is multiplicative, frequency_penalty additive: never one for the other.
+    for name in EXTRA_OPTIONS:
+        value = getattr(options, name)
+        if value is None:
+            continue
+        if extra_options:
+            body[name] = value
+        else:
+            dropped.append(name)
+    return dropped
+
+
+def _upstream_tool(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    function["parameters"] = tool.parameters or {"type": "object", "properties": {}}
+    return {"type": "function", "function": function}
+
+
+def _upstream_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    if choice.mode == "function":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode
+
+
+def _upstream_format(fmt: ResponseFormat) -> dict[str, Any]:
+    if fmt.type == "json" or fmt.schema is None:
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name or "schema", "schema": fmt.schema}
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}
+
+
+def _upstream_effort(request: ChatRequest) -> str | None:
+    if request.think is False:
+        return "none"
+    if request.think_level is not None:
+        return request.think_level
+    return "medium" if request.think else None  # OpenAI's own default depth
+
+
+def _upstream_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """OpenAI servers insist that each tool result names the call it answers; Ollama
+    clients often send calls without ids and results without ``tool_call_id``, so
+    both are filled in, pairing a result with an open call of the same name."""
+    converted: list[dict[str, Any]] = []
+    open_calls: list[tuple[str, str]] = []  # (id, name) of calls not yet answered
+    for message in messages:
+        if message.role == "assistant":
+            ids = [call.id or new_call_id() for call in message.tool_calls]
+            open_calls = [(call_id, call.name) for call_id, call in zip(ids, message.tool_calls)]
+            converted.append(_upstream_assistant(message, ids))
+        elif message.role == "tool":
+            call_id = message.tool_call_id or _answered_call(open_calls, message.tool_name)
+            open_calls = [(i, n) for i, n in open_calls if i != call_id]
+            converted.append({"role": "tool", "tool_call_id": call_id, "content": message.text})
+        else:
+            converted.append(_upstream_plain(message))
+    return converted
+
+
+def _answered_call(open_calls: list[tuple[str, str]], name: str | None) -> str:
+    for call_id, call_name in open_calls:
+        if call_name == name:
+            return call_id
+    return open_calls[0][0] if open_calls else new_call_id()
+
+
+def _upstream_assistant(message: Message, ids: list[str]) -> dict[str, Any]:
+    text = message.text
+    converted: dict[str, Any] = {"role": "assistant", "content": text or (None if message.tool_calls else "")}
+    if message.tool_calls:
+        converted["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _encoder.encode(call.arguments).decode()},
+            }
+            for call_id, call in zip(ids, message.tool_calls)
+        ]
+    if message.name:
+        converted["name"] = message.name
+    return converted
+
+
+def _upstream_plain(message: Message) -> dict[str, Any]:
+    converted: dict[str, Any] = {"role": message.role, "content": _upstream_content(message)}
+    if message.name:
+        converted["name"] = message.name
+    return converted
+
+
+def _upstream_content(message: Message) -> str | list[dict[str, Any]]:
+    if not message.images:
+        return message.text
+    return [
+        {"type": "text", "text": part.text}
+        if isinstance(part, TextPart)
+        else {"type": "image_url", "image_url": {"url": image_data_uri(part)}}
+        for part in message.parts
+    ]
+
+
+def image_data_uri(image: ImagePart) -> str:
+    """A data URI whose type is sniffed from the bytes, not trusted from the client."""
+    mime = sniff_image_mime(image.data) or image.mime_type
+    return f"data:{mime};base64,{base64.b64encode(image.data).decode('ascii')}"

@@ -1,0 +1,1 @@
+"""Things that answer chats: local models and upstream servers, behind one protocol."""

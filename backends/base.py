@@ -1,0 +1,105 @@
+"""The backend protocol: what the proxy needs from anything that answers chats.
+
+One backend instance serves one model entry of the config (which may be a glob that
+matches many names). Backends own their I/O and their models' lifetimes; the proxy
+only calls :meth:`Backend.chat` and reads the rest for discovery endpoints.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import msgspec
+
+from adapters.canonical import ChatRequest, Event
+from adapters.errors import UnsupportedFeature
+
+
+class Capabilities(msgspec.Struct, frozen=True):
+    tools: bool = False
+    vision: bool = False
+    thinking: bool = False
+    json_schema: bool = False
+    logprobs: bool = False
+
+    def names(self) -> list[str]:
+        """Ollama's ``capabilities`` list for ``/api/show``."""
+        names = ["completion"]
+        names += [n for n in ("tools", "thinking", "vision") if getattr(self, n)]
+        return names
+
+
+class ModelDetails(msgspec.Struct, frozen=True):
+    """What ``/api/tags`` and ``/api/show`` report about a model."""
+
+    format: str = ""
+    family: str = ""
+    families: list[str] | None = None
+    parameter_size: str = ""
+    quantization_level: str = ""
+    size: int = 0
+    context_length: int | None = None
+    template: str = ""
+
+
+class LoadedModel(msgspec.Struct, frozen=True):
+    """One entry of ``/api/ps``."""
+
+    name: str
+    size: int = 0
+    size_vram: int = 0
+    expires_at: dt.datetime | None = None  # None = never
+    context_length: int | None = None
+    details: ModelDetails = ModelDetails()
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend provides. ``Settings`` is a ``msgspec.Struct`` decoded from
+    the model entry's backend-specific keys (strictly: unknown keys are errors)."""
+
+    Settings: ClassVar[type[msgspec.Struct]]
+
+    def capabilities(self, model: str) -> Capabilities: ...
+
+    def details(self, model: str) -> ModelDetails: ...
+
+    def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        """Events of one reply. Raising a ``DragomanError`` before the first event is
+        a clean HTTP error; after it, yield an ``ErrorEvent`` instead. Cancelling the
+        iterator (client gone) must stop the work."""
+        ...
+
+    async def load(self, model: str, keep_alive: float | None) -> None: ...
+
+    async def unload(self, model: str) -> None: ...
+
+    def loaded(self) -> list[LoadedModel]: ...
+
+    async def list_models(self) -> list[str]:
+        """Names this backend serves beyond its configured name (discovery); may be []."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def check_capabilities(request: ChatRequest, caps: Capabilities, model: str) -> None:
+    """Refuse, naming the feature, what the backend cannot do (400, never a silent drop)."""
+    if request.tools and request.tool_choice.mode != "none" and not caps.tools:
+        raise UnsupportedFeature(f"model '{model}' does not support tools", param="tools")
+    if any(m.images for m in request.messages) and not caps.vision:
+        raise UnsupportedFeature(f"model '{model}' does not support images", param="messages")
+    if request.think and not caps.thinking:
+        raise UnsupportedFeature(f"model '{model}' does not support thinking", param="think")
+    if request.response_format.type != "text" and not caps.json_schema:
+        raise UnsupportedFeature(
+            f"model '{model}' does not support structured output", param="response_format"
+        )
+    if request.logprobs and not caps.logprobs:
+        raise UnsupportedFeature(f"model '{model}' does not support logprobs", param="logprobs")
+
+
+def settings_dict(settings: msgspec.Struct) -> dict[str, Any]:
+    return msgspec.to_builtins(settings)

@@ -1,0 +1,189 @@
+"""What the backend and its worker process say to each other over stdin/stdout.
+
+Each frame is a 4-byte big-endian length followed by one msgpack-encoded message.
+Commands go parent → worker, reports go worker → parent; every message is a tagged
+``msgspec`` Struct so both sides decode into types, not dicts.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import BinaryIO, Literal, Union
+
+import msgspec
+
+from adapters.canonical import TokenLogprob
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 64 * 1024 * 1024
+
+
+# -- commands --------------------------------------------------------------------------
+
+
+class Search(msgspec.Struct, omit_defaults=True, frozen=True):
+    """Options the library samples with (``GeneratorParams.set_search_options``); None
+    leaves the model's ``genai_config.json`` default."""
+
+    do_sample: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    random_seed: int | None = None
+
+
+class Processing(msgspec.Struct, omit_defaults=True, frozen=True):
+    """Sampling knobs the library lacks, applied to the logits in numpy. None = off."""
+
+    min_p: float | None = None
+    repeat_penalty: float | None = None  # only with repeat_last_n, else the library's
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    tfs_z: float | None = None
+    mirostat: Literal[0, 1, 2] = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    temperature: float = 1.0
+    seed: int | None = None
+
+
+class Guidance(msgspec.Struct, frozen=True):
+    kind: Literal["json_schema", "regex", "lark_grammar"]
+    data: str
+
+
+class Start(msgspec.Struct, tag="start", frozen=True):
+    request_id: int
+    prompt: str
+    context_length: int
+    max_new_tokens: int | None = None  # None: up to the context length
+    search: Search = Search()
+    processing: Processing = Processing()
+    guidance: Guidance | None = None
+    stop: list[str] = []
+    logprobs: bool = False
+    top_logprobs: int = 0
+    # Keep special tokens in the text (parsers need markers that are special tokens).
+    special_tokens: bool = False
+
+
+class Cancel(msgspec.Struct, tag="cancel", frozen=True):
+    request_id: int
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
+    pass
+
+
+Command = Union[Start, Cancel, Shutdown]
+
+
+# -- reports ---------------------------------------------------------------------------
+
+
+class Ready(msgspec.Struct, tag="ready", frozen=True):
+    provider: str  # what the model runs on: cpu, cuda, dml
+    device_type: str
+    context_length: int
+    load_ns: int
+    eos_token_ids: list[int] = []
+
+
+class LoadFailed(msgspec.Struct, tag="load_failed", frozen=True):
+    message: str
+
+
+class Started(msgspec.Struct, tag="started", frozen=True):
+    """The prompt fits and generation begins (prefill follows)."""
+
+    request_id: int
+    prompt_tokens: int
+    max_length: int
+
+
+class Refused(msgspec.Struct, tag="refused", frozen=True):
+    """The request cannot start; ``kind`` picks the error the parent raises."""
+
+    request_id: int
+    kind: Literal["context", "invalid"]
+    message: str
+    prompt_tokens: int = 0
+    context_length: int = 0
+
+
+class Tokens(msgspec.Struct, tag="tokens", frozen=True):
+    request_id: int
+    token_ids: list[int]
+    text: str  # decoded delta, stop-string tail held back
+    logprobs: list[TokenLogprob] | None = None
+
+
+class Done(msgspec.Struct, tag="done", frozen=True):
+    request_id: int
+    reason: Literal["stop", "length", "cancelled"]
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_eval_ns: int = 0
+    eval_ns: int = 0
+    text: str = ""  # the held-back tail, released at the end
+
+
+class Failed(msgspec.Struct, tag="failed", frozen=True):
+    """One request broke in the worker (the worker itself carries on)."""
+
+    request_id: int
+    message: str
+
+
+Report = Union[Ready, LoadFailed, Started, Refused, Tokens, Done, Failed]
+
+_command_decoder = msgspec.msgpack.Decoder(Command)
+_report_decoder = msgspec.msgpack.Decoder(Report)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_frame(message: Command | Report) -> bytes:
+    body = _encoder.encode(message)
+    return HEADER.pack(len(body)) + body
+
+
+def decode_command(body: bytes) -> Command:
+    return _command_decoder.decode(body)
+
+
+def decode_report(body: bytes) -> Report:
+    return _report_decoder.decode(body)
+
+
+def frame_length(header: bytes) -> int:
+    (length,) = HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise ValueError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
+    return length
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """One frame's body from a blocking stream; None at a clean end of stream."""
+    header = _read_exactly(stream, HEADER.size)
+    if header is None:
+        return None
+    body = _read_exactly(stream, frame_length(header))
+    if body is None:
+        raise EOFError("stream ended inside a frame")
+    return body
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining:
+        chunk = stream.read(remaining)
+        if not chunk:
+            if remaining == size:
+                return None
+            raise EOFError("stream ended inside a frame")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)

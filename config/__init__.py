@@ -1,0 +1,18 @@
+"""The YAML config: schema, loading with line-numbered errors, and model routing."""
+
+from config.loader import DEFAULT_CONFIG, ConfigError, load_config, parse_config
+from config.routing import resolve, routing_table
+from config.schema import Config, ModelConfig, ModelRoute, ServerConfig
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "Config",
+    "ConfigError",
+    "ModelConfig",
+    "ModelRoute",
+    "ServerConfig",
+    "load_config",
+    "parse_config",
+    "resolve",
+    "routing_table",
+]

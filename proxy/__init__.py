@@ -1,0 +1,1 @@
+"""The HTTP layer: Litestar app, routes of both dialects, streaming, CLI."""

@@ -1,0 +1,133 @@
+"""The ``dragoman`` command: serve, check a config, list and prepare models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from backends.registry import settings_type
+from config import Config, ConfigError, load_config, routing_table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except ConfigError as exc:
+        print(f"dragoman: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dragoman", description="A local chat-API gateway (OpenAI and Ollama dialects).")
+    commands = parser.add_subparsers(title="commands")
+
+    serve = commands.add_parser("serve", help="run the server")
+    serve.add_argument("--config", type=Path, help="YAML config (default: the built-in one serving smollm2:135m)")
+    serve.add_argument("--host", help="address to bind (default from config: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default from config: 11434)")
+    serve.set_defaults(run=_serve)
+
+    config = commands.add_parser("config", help="work with config files").add_subparsers(title="config commands")
+    check = config.add_parser("check", help="validate a config file and print its routing table")
+    check.add_argument("file", type=Path)
+    check.set_defaults(run=_config_check)
+
+    models = commands.add_parser("models", help="list or prepare models").add_subparsers(title="models commands")
+    listing = models.add_parser("list", help="list the models a config serves")
+    listing.add_argument("--config", type=Path)
+    listing.set_defaults(run=_models_list)
+    prepare = models.add_parser("prepare", help="build a local model (needs the 'prepare' extra)")
+    prepare.add_argument("model", choices=["smollm2"])
+    prepare.add_argument("--provider", choices=["cpu", "cuda", "dml"], default="cpu")
+    prepare.set_defaults(run=_models_prepare)
+    return parser
+
+
+def _load(path: Path | None) -> Config:
+    return load_config(path, settings_type)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.logging import configure_logging
+
+    config = _load(args.config)
+    configure_logging(config.server.log_format, config.server.log_level)
+    if args.config is None and not _ensure_default_model():
+        return 1
+    host = args.host or config.server.host
+    port = args.port or config.server.port
+    print(f"dragoman: serving {len(config.models)} model entr{'y' if len(config.models) == 1 else 'ies'} "
+          f"from {config.source} on http://{host}:{port}", file=sys.stderr)
+    uvicorn.run(create_app(config), host=host, port=port, log_config=None, access_log=False)
+    return 0
+
+
+def _ensure_default_model() -> bool:
+    """The built-in config serves a model built locally; build it on first run when the
+    build tools are installed, otherwise say exactly what to run."""
+    from backends.onnx.prepare import default_model_path, is_prepared
+
+    if is_prepared(default_model_path("cpu")):
+        return True
+    try:
+        from backends.onnx.prepare import prepare_smollm2
+
+        prepare_smollm2("cpu")
+    except ImportError as exc:
+        print(
+            f"dragoman: the default model is not built yet and the build tools are missing ({exc}).\n"
+            "  install them:   pip install 'dragoman[cpu,prepare]'\n"
+            "  then build it:  dragoman models prepare smollm2",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    config = _load(args.file)
+    rows = routing_table(config)
+    width = max((len(name) for name, _, _ in rows), default=4)
+    print(f"{config.source}: OK, {len(config.models)} model entries, {len(config.aliases)} aliases")
+    print(f"{'NAME':<{width}}  {'BACKEND':<14} MATCH")
+    for name, backend, how in rows:
+        print(f"{name:<{width}}  {backend:<14} {how}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    for name, backend, how in routing_table(config):
+        print(f"{name}\t{backend}\t{how}")
+    return 0
+
+
+def _models_prepare(args: argparse.Namespace) -> int:
+    try:
+        from backends.onnx.prepare import prepare_smollm2
+    except ImportError as exc:  # pragma: no cover - the module itself has no heavy imports
+        print(f"dragoman: cannot prepare models: {exc}", file=sys.stderr)
+        return 1
+    try:
+        path = prepare_smollm2(args.provider)
+    except ImportError as exc:
+        print(f"dragoman: {exc}\n  install the build tools: pip install 'dragoman[prepare]'", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

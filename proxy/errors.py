@@ -1,0 +1,95 @@
+"""Every failure rendered in the caller's dialect; no traceback ever reaches a client.
+
+The dialect comes from the path (``/v1/…`` is OpenAI, the rest Ollama) because routing
+errors (404/405) and body-decoding errors happen before any handler knows more.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import structlog
+from litestar import Request, Response
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    MethodNotAllowedException,
+    NotFoundException,
+    ValidationException,
+)
+
+from adapters import ollama, openai
+from adapters.errors import DragomanError, RequestError
+from proxy.record import SCOPE_KEY
+
+log = structlog.get_logger("dragoman.errors")
+
+
+def render(request: Request[Any, Any, Any], err: DragomanError) -> Response[bytes]:
+    record = request.scope.get(SCOPE_KEY)
+    if record is not None and record.error is None:
+        record.error = err.message
+    is_openai = request.url.path.startswith("/v1/")
+    body = openai.render_error(err) if is_openai else ollama.render_error(err)
+    headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else None
+    return Response(body, status_code=err.status, media_type="application/json", headers=headers)
+
+
+def handle_dragoman_error(request: Request[Any, Any, Any], exc: DragomanError) -> Response[bytes]:
+    return render(request, exc)
+
+
+def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    if isinstance(exc, ValidationException):
+        return render(request, _validation_error(exc))
+    if isinstance(exc, NotFoundException):
+        message = f"{request.method} {request.url.path}: no such endpoint"
+        return render(request, DragomanError(message, status=404, code="not_found"))
+    if isinstance(exc, MethodNotAllowedException):
+        message = f"{request.method} is not allowed on {request.url.path}"
+        return render(request, DragomanError(message, status=405, code="method_not_allowed"))
+    if isinstance(exc, ClientException) and exc.status_code == 400:
+        return render(request, RequestError(_body_problem(exc.detail)))
+    return render(request, DragomanError(exc.detail, status=exc.status_code))
+
+
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    log.exception("unhandled error", path=request.url.path)
+    return render(request, DragomanError(f"internal error: {type(exc).__name__}: {exc}"))
+
+
+def _validation_error(exc: ValidationException) -> RequestError:
+    """Litestar reports msgspec's errors as ``extra=[{"message", "key"}]``; name the
+    field path the way a client wrote it (``messages[1].content``)."""
+    problems = exc.extra if isinstance(exc.extra, list) else []
+    for problem in problems:
+        if not isinstance(problem, dict):
+            continue
+        key = str(problem.get("key", ""))
+        message = str(problem.get("message", ""))
+        missing = re.match(r"Object missing required field `(.+)`", message)
+        if key in ("", "data"):
+            if missing:
+                return RequestError(f"{missing.group(1)}: field required", param=missing.group(1))
+            if message in ("'data'", ""):
+                return RequestError("request body is empty; send a JSON object", param=None)
+            return RequestError(f"request body: {message}")
+        if missing:
+            field = f"{key}.{missing.group(1)}"
+            return RequestError(f"{field}: field required", param=field)
+        return RequestError(f"{key}: {message}", param=key)
+    return RequestError(str(exc.detail))
+
+
+def _body_problem(detail: str) -> str:
+    # Litestar's remaining 400s come from decoding the body ("Input data was truncated",
+    # "JSON is malformed: …"): say so in words a client author recognises.
+    return f"request body is not valid JSON: {detail.removeprefix('JSON is malformed: ')}"
+
+
+EXCEPTION_HANDLERS: dict[Any, Any] = {
+    DragomanError: handle_dragoman_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

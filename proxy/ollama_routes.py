@@ -1,0 +1,204 @@
+"""Ollama-dialect routes: ``/api/chat`` and the discovery endpoints clients probe."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response, Router, get, head, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
+from litestar.response import Stream
+
+from adapters import ollama
+from adapters.errors import RequestError
+from backends.base import Backend, LoadedModel, ModelDetails
+from config import ModelRoute
+from proxy.chat import collect, encode_stream, start_chat
+from proxy.models import ModelTable
+from proxy.record import SCOPE_KEY
+from proxy.version import OLLAMA_API_VERSION, __version__
+
+
+class TagDetails(msgspec.Struct):
+    format: str = ""
+    family: str = ""
+    families: list[str] | None = None
+    parameter_size: str = ""
+    quantization_level: str = ""
+    parent_model: str = ""
+
+
+class TagModel(msgspec.Struct):
+    name: str
+    model: str
+    modified_at: dt.datetime
+    size: int
+    digest: str
+    details: TagDetails
+
+
+class TagList(msgspec.Struct):
+    models: list[TagModel]
+
+
+class RunningModel(msgspec.Struct):
+    name: str
+    model: str
+    size: int
+    digest: str
+    details: TagDetails
+    expires_at: dt.datetime
+    size_vram: int
+    context_length: int | None = None
+
+
+class RunningList(msgspec.Struct):
+    models: list[RunningModel]
+
+
+class ShowRequest(msgspec.Struct):
+    model: str | None = None
+    name: str | None = None  # older clients send "name"
+    verbose: bool = False
+
+
+class ShowResponse(msgspec.Struct):
+    modelfile: str
+    parameters: str
+    template: str
+    details: TagDetails
+    model_info: dict[str, Any]
+    capabilities: list[str]
+    modified_at: dt.datetime
+    license: str = ""
+
+
+class VersionResponse(msgspec.Struct):
+    version: str
+    dragoman: str
+
+
+@post("/api/chat", status_code=200, summary="Generate a chat completion", tags=["Ollama"])
+async def chat(request: Request[Any, Any, Any], data: JSONBody[ollama.ChatRequest], models: NamedDependency[ModelTable]) -> Response[bytes]:
+    record = request.scope[SCOPE_KEY]
+    canonical = ollama.to_canonical(data)
+    if not canonical.messages:
+        return await _load_or_unload(models, canonical.model, canonical.keep_alive)
+    started = await start_chat(models, canonical, record)
+    if data.stream is not False:
+        encoder = ollama.StreamEncoder(data.model)
+        return Stream(encode_stream(started, encoder, record), media_type=encoder.media_type)
+    result = await collect(started, record, request.receive)
+    return Response(ollama.render_response(result, data.model), media_type="application/json")
+
+
+async def _load_or_unload(models: NamedDependency[ModelTable], name: str, keep_alive: float | None) -> Response[bytes]:
+    """Ollama's empty-``messages`` contract: load the model, or unload with keep_alive 0."""
+    _, backend = models.lookup(name)
+    if keep_alive == 0:
+        await backend.unload(name)
+        body = ollama.render_load_response(name, "unload")
+    else:
+        await backend.load(name, keep_alive)
+        body = ollama.render_load_response(name, "load")
+    return Response(body, media_type="application/json")
+
+
+@get("/api/tags", summary="List models", tags=["Ollama"])
+async def tags(models: NamedDependency[ModelTable]) -> TagList:
+    listed = await models.listed_names()
+    return TagList(models=[_tag(name, route, backend, models.started) for name, route, backend in listed])
+
+
+@post("/api/show", status_code=200, summary="Show model details", tags=["Ollama"])
+async def show(data: JSONBody[ShowRequest], models: NamedDependency[ModelTable]) -> ShowResponse:
+    name = data.model or data.name
+    if not name:
+        raise RequestError("model: field required", param="model")
+    route, backend = models.lookup(name)
+    details = backend.details(name)
+    defaults = msgspec.to_builtins(route.config.defaults)
+    info: dict[str, Any] = {"general.architecture": details.family, "general.basename": name}
+    if details.context_length:
+        info[f"{details.family or 'model'}.context_length"] = details.context_length
+    return ShowResponse(
+        modelfile=f"# served by dragoman through the '{route.config.backend}' backend\nFROM {name}\n",
+        parameters="\n".join(f"{key:<20} {_param(value)}" for key, value in defaults.items()),
+        template=details.template,
+        details=_tag_details(details),
+        model_info=info,
+        capabilities=backend.capabilities(name).names(),
+        modified_at=models.started,
+    )
+
+
+@get("/api/ps", summary="List loaded models", tags=["Ollama"])
+async def ps(models: NamedDependency[ModelTable]) -> RunningList:
+    running = [_running(loaded, route) for route, backend in models.entries() for loaded in backend.loaded()]
+    return RunningList(models=running)
+
+
+@get("/api/version", summary="Version", tags=["Ollama"])
+async def version() -> VersionResponse:
+    return VersionResponse(version=OLLAMA_API_VERSION, dragoman=__version__)
+
+
+@get("/", media_type=MediaType.TEXT, include_in_schema=False)
+async def root() -> str:
+    return "Ollama is running"
+
+
+@head("/", media_type=MediaType.TEXT, include_in_schema=False)
+async def root_head() -> None:
+    return None
+
+
+def _tag(name: str, route: ModelRoute, backend: Backend, modified: dt.datetime) -> TagModel:
+    details = backend.details(name)
+    return TagModel(
+        name=name,
+        model=name,
+        modified_at=modified,
+        size=details.size,
+        digest=_digest(name, route),
+        details=_tag_details(details),
+    )
+
+
+def _running(loaded: LoadedModel, route: ModelRoute) -> RunningModel:
+    forever = dt.datetime(2318, 1, 1, tzinfo=dt.timezone.utc)  # what Ollama shows for "never"
+    return RunningModel(
+        name=loaded.name,
+        model=loaded.name,
+        size=loaded.size,
+        digest=_digest(loaded.name, route),
+        details=_tag_details(loaded.details),
+        expires_at=loaded.expires_at or forever,
+        size_vram=loaded.size_vram,
+        context_length=loaded.context_length,
+    )
+
+
+def _tag_details(details: ModelDetails) -> TagDetails:
+    return TagDetails(
+        format=details.format,
+        family=details.family,
+        families=details.families or ([details.family] if details.family else None),
+        parameter_size=details.parameter_size,
+        quantization_level=details.quantization_level,
+    )
+
+
+def _digest(name: str, route: ModelRoute) -> str:
+    """Stable per name and backend; clients use it only to tell models apart."""
+    return hashlib.sha256(f"{route.config.backend}:{name}".encode()).hexdigest()
+
+
+def _param(value: Any) -> str:
+    return " ".join(f'"{v}"' for v in value) if isinstance(value, list) else str(value)
+
+
+ollama_router = Router(path="/", route_handlers=[chat, tags, show, ps, version, root, root_head])

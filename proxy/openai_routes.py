@@ -1,0 +1,68 @@
+"""OpenAI-dialect routes: ``/v1/chat/completions`` and ``/v1/models``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, Router, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody
+from litestar.response import Stream
+
+from adapters import openai
+from adapters.errors import ModelNotFound
+from proxy.chat import collect, encode_stream, start_chat
+from proxy.models import ModelTable
+from proxy.record import SCOPE_KEY
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "dragoman"
+
+
+class ModelList(msgspec.Struct):
+    data: list[ModelCard]
+    object: str = "list"
+
+
+@post(
+    "/chat/completions",
+    status_code=200,
+    summary="Create chat completion",
+    description="OpenAI Chat Completions: JSON, or SSE when `stream` is true.",
+    tags=["OpenAI"],
+)
+async def chat_completions(
+    request: Request[Any, Any, Any], data: JSONBody[openai.ChatCompletionRequest], models: NamedDependency[ModelTable]
+) -> Response[bytes]:
+    record = request.scope[SCOPE_KEY]
+    chat = await start_chat(models, openai.to_canonical(data), record)
+    if data.stream:
+        include_usage = bool(data.stream_options and data.stream_options.include_usage)
+        encoder = openai.StreamEncoder(data.model, include_usage=include_usage)
+        return Stream(encode_stream(chat, encoder, record), media_type=encoder.media_type)
+    result = await collect(chat, record, request.receive)
+    return Response(openai.render_response(result, data.model), media_type="application/json")
+
+
+@get("/models", summary="List models", tags=["OpenAI"])
+async def list_models(models: NamedDependency[ModelTable]) -> ModelList:
+    created = int(models.started.timestamp())
+    names = await models.listed_names()
+    return ModelList(data=[ModelCard(id=name, created=created, owned_by=route.config.backend) for name, route, _ in names])
+
+
+@get("/models/{model:path}", summary="Retrieve a model", tags=["OpenAI"])
+async def retrieve_model(model: FromPath[str], models: NamedDependency[ModelTable]) -> ModelCard:
+    name = model.lstrip("/")
+    route, _ = models.lookup(name)  # raises 404 for unknown names
+    if not name:
+        raise ModelNotFound(name)
+    return ModelCard(id=name, created=int(models.started.timestamp()), owned_by=route.config.backend)
+
+
+openai_router = Router(path="/v1", route_handlers=[chat_completions, list_models, retrieve_model])

@@ -1,0 +1,44 @@
+"""What one request did, filled in as it goes and logged once when its response ends."""
+
+from __future__ import annotations
+
+import time
+
+from adapters.canonical import Usage
+
+SCOPE_KEY = "dragoman.record"
+
+
+class RequestRecord:
+    __slots__ = ("request_id", "method", "path", "dialect", "model", "backend", "status", "usage", "error", "started")
+
+    def __init__(self, request_id: str, method: str, path: str) -> None:
+        self.request_id = request_id
+        self.method = method
+        self.path = path
+        self.dialect = "openai" if path.startswith("/v1/") else "ollama"
+        self.model: str | None = None
+        self.backend: str | None = None
+        self.status = 0
+        self.usage: Usage | None = None
+        self.error: str | None = None
+        self.started = time.perf_counter()
+
+    def fields(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "request_id": self.request_id,
+            "method": self.method,
+            "path": self.path,
+            "dialect": self.dialect,
+            "status": self.status,
+            "duration_ms": round((time.perf_counter() - self.started) * 1000, 2),
+        }
+        if self.model is not None:
+            out["model"] = self.model
+            out["backend"] = self.backend
+        if self.usage is not None:
+            out["prompt_tokens"] = self.usage.prompt_tokens
+            out["generated_tokens"] = self.usage.completion_tokens
+        if self.error is not None:
+            out["error"] = self.error
+        return out

@@ -1,0 +1,124 @@
+"""A test-only backend that plays scripted event sequences — for the failures a real
+model cannot produce on demand (a crash mid-stream, an error before the first token,
+a slow stream to disconnect from). Never shipped, never in a shipped config.
+
+The script is chosen by the last user message: ``script:<name>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from adapters.canonical import (
+    ChatRequest,
+    ContentDelta,
+    ErrorEvent,
+    Event,
+    Finish,
+    RoleStart,
+    ThinkingDelta,
+    Timings,
+    ToolCall,
+    ToolCallDone,
+    ToolCallFragment,
+    Usage,
+)
+from adapters.errors import BackendError, Overloaded
+from backends.base import Capabilities, LoadedModel, ModelDetails
+from config import ModelRoute
+
+
+class ScriptedSettings(msgspec.Struct, forbid_unknown_fields=True):
+    delay: float = 0.0  # seconds between events of the "slow" script
+    tools: bool = True
+
+
+class ScriptedBackend:
+    Settings = ScriptedSettings
+
+    # What tests observe (shared across instances of one test process).
+    started: list[str] = []
+    cancelled: list[str] = []
+    produced: dict[str, int] = {}
+    last_request: ChatRequest | None = None
+
+    def __init__(self, route: ModelRoute) -> None:
+        self.route = route
+        self.settings: ScriptedSettings = route.settings  # type: ignore[assignment]
+        self._loaded: set[str] = set()
+
+    def capabilities(self, model: str) -> Capabilities:
+        return Capabilities(tools=self.settings.tools, thinking=True, json_schema=True, logprobs=False)
+
+    def details(self, model: str) -> ModelDetails:
+        return ModelDetails(format="script", family="scripted", parameter_size="0", size=1)
+
+    async def load(self, model: str, keep_alive: float | None) -> None:
+        self._loaded.add(model)
+
+    async def unload(self, model: str) -> None:
+        self._loaded.discard(model)
+
+    def loaded(self) -> list[LoadedModel]:
+        return [LoadedModel(name=n, size=1) for n in sorted(self._loaded)]
+
+    async def list_models(self) -> list[str]:
+        return []
+
+    async def aclose(self) -> None:
+        self._loaded.clear()
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        type(self).last_request = request
+        script = request.messages[-1].text.removeprefix("script:") if request.messages else ""
+        key = f"{script}#{len(type(self).started)}"
+        type(self).started.append(key)
+        type(self).produced[key] = 0
+        try:
+            async for event in self._play(script, request):
+                if isinstance(event, ContentDelta):
+                    type(self).produced[key] += 1
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            type(self).cancelled.append(key)
+            raise
+
+    async def _play(self, script: str, request: ChatRequest) -> AsyncIterator[Event]:
+        if script == "fail-before":
+            raise BackendError("scripted backend failure before any output")
+        if script == "busy":
+            raise Overloaded("model is busy; try again", retry_after=2)
+        yield RoleStart()
+        if script == "fail-midstream":
+            yield ContentDelta("partial ")
+            yield ErrorEvent("scripted failure after streaming began", status=502)
+            return
+        if script == "crash-midstream":
+            yield ContentDelta("partial ")
+            raise RuntimeError("scripted crash")
+        if script == "think":
+            yield ThinkingDelta("Let me think. ")
+            yield ContentDelta("Done.")
+        elif script == "tools":
+            yield ToolCallDone(ToolCall(name="get_weather", arguments={"city": "Paris"}, id="call_a", index=0))
+            yield ToolCallDone(ToolCall(name="get_time", arguments={"tz": "CET"}, id="call_b", index=1))
+        elif script == "fragments":
+            yield ToolCallFragment(index=0, id="call_x", name="get_weather", arguments='{"ci')
+            yield ToolCallFragment(index=0, arguments='ty": "Oslo"}')
+            yield ToolCallFragment(index=1, id="call_y", name="get_time", arguments='{"tz": ')
+            yield ToolCallFragment(index=1, arguments='"UTC"}')
+        elif script == "slow":
+            for i in range(200):
+                await asyncio.sleep(self.settings.delay or 0.02)
+                yield ContentDelta(f"tick{i} ")
+        elif script == "length":
+            yield ContentDelta("cut short")
+            yield Finish(reason="length", usage=Usage(5, 2))
+            return
+        else:
+            yield ContentDelta("Hello")
+            yield ContentDelta(", world")
+        yield Finish(reason="stop", usage=Usage(prompt_tokens=7, completion_tokens=3), timings=Timings(total_ns=1000))
