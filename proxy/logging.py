@@ -38,7 +38,7 @@ def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,  # keeps loggers reconfigurable (tests, reloads)
     )
 
 

@@ -18,6 +18,15 @@ HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
 
 
+class WorkerConfig(msgspec.Struct, frozen=True):
+    """The worker's command-line argument (JSON): what to load and how."""
+
+    model_path: str
+    providers: list[str]  # candidates, tried in order
+    provider_options: dict[str, str] = {}
+    threads: int | None = None
+
+
 # -- commands --------------------------------------------------------------------------
 
 
