@@ -23,6 +23,15 @@ FinishReason = Literal["stop", "length", "tool_calls", "load", "unload"]
 # -- request ---------------------------------------------------------------------------
 
 
+class Secret(str):
+    """A string that never shows itself in a repr, so it cannot leak into logs."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+
 class TextPart(msgspec.Struct, tag="text", frozen=True):
     text: str
 
@@ -139,6 +148,8 @@ class ChatRequest(msgspec.Struct):
     # Seconds; None = the model's configured default, 0 = unload after this request,
     # negative = keep loaded forever.
     keep_alive: float | None = None
+    # The client's Authorization header, for upstreams configured to forward it.
+    authorization: Secret | None = None
 
 
 # -- events ----------------------------------------------------------------------------

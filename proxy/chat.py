@@ -16,7 +16,7 @@ import msgspec
 import structlog
 
 from adapters.aggregate import ChatResult, ResultBuilder
-from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Secret
 from adapters.errors import BackendError, DragomanError, error_for_status
 from backends.base import Backend, check_capabilities
 from config import ModelRoute
@@ -60,8 +60,12 @@ def prepare(table: ModelTable, request: ChatRequest, record: RequestRecord) -> t
     return route, backend, request
 
 
-async def start_chat(table: ModelTable, request: ChatRequest, record: RequestRecord) -> Chat:
+async def start_chat(
+    table: ModelTable, request: ChatRequest, record: RequestRecord, *, authorization: str | None = None
+) -> Chat:
     route, backend, request = prepare(table, request, record)
+    if authorization is not None:
+        request = msgspec.structs.replace(request, authorization=Secret(authorization))
     events = aiter(backend.chat(request))
     try:
         first = await anext(events)

@@ -87,7 +87,7 @@ async def chat(request: Request[Any, Any, Any], data: JSONBody[ollama.ChatReques
     canonical = ollama.to_canonical(data)
     if not canonical.messages:
         return await _load_or_unload(models, canonical.model, canonical.keep_alive)
-    started = await start_chat(models, canonical, record)
+    started = await start_chat(models, canonical, record, authorization=request.headers.get("authorization"))
     if data.stream is not False:
         encoder = ollama.StreamEncoder(data.model)
         return Stream(encode_stream(started, encoder, record), media_type=encoder.media_type)

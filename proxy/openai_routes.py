@@ -40,7 +40,9 @@ async def chat_completions(
     request: Request[Any, Any, Any], data: JSONBody[openai.ChatCompletionRequest], models: NamedDependency[ModelTable]
 ) -> Response[bytes]:
     record = request.scope[SCOPE_KEY]
-    chat = await start_chat(models, openai.to_canonical(data), record)
+    chat = await start_chat(
+        models, openai.to_canonical(data), record, authorization=request.headers.get("authorization")
+    )
     if data.stream:
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
         encoder = openai.StreamEncoder(data.model, include_usage=include_usage)

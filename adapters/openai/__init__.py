@@ -3,9 +3,10 @@ dialect spoken to OpenAI-compatible upstreams."""
 
 from __future__ import annotations
 
-from adapters.openai.convert import to_canonical, to_upstream
+from adapters.openai.convert import to_canonical
 from adapters.openai.stream import StreamEncoder, render_error, render_response
-from adapters.openai.upstream import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
+from adapters.openai.upstream_reply import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
+from adapters.openai.upstream_request import to_upstream
 from adapters.openai.wire import (
     ChatCompletionMessage,
     ChatCompletionRequest,

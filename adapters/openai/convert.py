@@ -1,4 +1,4 @@
-"""OpenAI chat requests to canonical ones (client side) and back (upstream side).
+"""An OpenAI client's chat request as the canonical request.
 
 Checks that types alone cannot express raise ``RequestError`` with the field path as the
 client wrote it (``messages[1].content[0].type``), so the 400 says what to fix.
@@ -6,7 +6,6 @@ client wrote it (``messages[1].content[0].type``), so the 400 says what to fix.
 
 from __future__ import annotations
 
-import base64
 import re
 from typing import Any
 
@@ -27,33 +26,14 @@ from adapters.canonical import (
 )
 from adapters.durations import parse_duration
 from adapters.errors import RequestError, UnsupportedFeature
-from adapters.images import decode_base64_image, sniff_image_mime
+from adapters.images import decode_base64_image
 from adapters.openai import wire
-from adapters.openai.ids import new_call_id
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 TOOL_CHOICE_MODES = ("none", "auto", "required")
 MAX_TOP_LOGPROBS = 20
-# Sampling options with a top-level OpenAI field of the same name.
-OPENAI_OPTIONS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
-# Options OpenAI has no field for; vLLM-style servers take them as extra body fields.
-EXTRA_OPTIONS = (
-    "top_k",
-    "min_p",
-    "repeat_penalty",
-    "repeat_last_n",
-    "tfs_z",
-    "mirostat",
-    "mirostat_tau",
-    "mirostat_eta",
-    "num_ctx",
-)
 
 _URL_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
-_encoder = msgspec.json.Encoder()
-
-
-# -- client request -> canonical --------------------------------------------------------
 
 
 def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
@@ -188,11 +168,12 @@ def _messages(messages: list[wire.ChatCompletionMessage]) -> list[Message]:
 def _message(message: wire.ChatCompletionMessage, i: int, earlier: list[Message]) -> Message:
     parts = _parts(message.content, f"messages[{i}].content")
     if message.role == "assistant":
+        calls = message.tool_calls or ()
         return Message(
             role="assistant",
             parts=parts,
             thinking=message.reasoning_content or message.reasoning or None,
-            tool_calls=[_tool_call(c, f"messages[{i}].tool_calls[{j}]", j) for j, c in enumerate(message.tool_calls or ())],
+            tool_calls=[_tool_call(call, f"messages[{i}].tool_calls[{j}]", j) for j, call in enumerate(calls)],
             name=message.name,
         )
     if message.role == "tool":
@@ -245,8 +226,8 @@ def _image(image_url: wire.ImageURL | str | None, path: str) -> ImagePart:
     url, param = (image_url, path) if isinstance(image_url, str) else (image_url.url, f"{path}.url")
     if _URL_SCHEME.match(url):
         # Fetching client-named URLs from the server is an SSRF risk.
-        message = f"{param}: remote image URLs are not fetched; send the image as a data URI (data:image/png;base64,…)"
-        raise RequestError(message, param=param)
+        hint = "send the image as a data URI (data:image/png;base64,…)"
+        raise RequestError(f"{param}: remote image URLs are not fetched; {hint}", param=param)
     return decode_base64_image(url, param)
 
 
@@ -267,152 +248,3 @@ def _arguments(value: str | dict[str, Any], param: str) -> dict[str, Any]:
     if not isinstance(decoded, dict):
         raise RequestError(f"{param}: must be a JSON object", param=param)
     return decoded
-
-
-# -- canonical -> upstream request ------------------------------------------------------
-
-
-def to_upstream(request: ChatRequest, model: str, *, extra_options: bool = False) -> tuple[bytes, list[str]]:
-    """The JSON body for an OpenAI-speaking upstream, and the names of the options it
-    could not carry (sent as extra body fields instead when ``extra_options``)."""
-    body: dict[str, Any] = {"model": model, "messages": _upstream_messages(request.messages)}
-    dropped = _put_options(body, request.options, extra_options=extra_options)
-    if request.tools:
-        body["tools"] = [_upstream_tool(tool) for tool in request.tools]
-        if request.tool_choice.mode != "auto":
-            body["tool_choice"] = _upstream_tool_choice(request.tool_choice)
-    if request.response_format.type != "text":
-        body["response_format"] = _upstream_format(request.response_format)
-    effort = _upstream_effort(request)
-    if effort is not None:
-        body["reasoning_effort"] = effort
-    if request.logprobs:
-        body["logprobs"] = True
-        if request.top_logprobs:
-            body["top_logprobs"] = request.top_logprobs
-    body["stream"] = request.stream
-    if request.stream:
-        body["stream_options"] = {"include_usage": True}
-    return _encoder.encode(body), dropped
-
-
-def _put_options(body: dict[str, Any], options: SamplingOptions, *, extra_options: bool) -> list[str]:
-    for name in OPENAI_OPTIONS:
-        value = getattr(options, name)
-        if value is not None:
-            body[name] = value
-    # Negative num_predict is Ollama's "no limit", which is also OpenAI's default.
-    if options.num_predict is not None and options.num_predict >= 0:
-        body["max_tokens"] = options.num_predict
-    if options.stop:
-        body["stop"] = options.stop
-    dropped = []
-    # repeat_penalty is multiplicative, frequency_penalty additive: never one for the other.
-    for name in EXTRA_OPTIONS:
-        value = getattr(options, name)
-        if value is None:
-            continue
-        if extra_options:
-            body[name] = value
-        else:
-            dropped.append(name)
-    return dropped
-
-
-def _upstream_tool(tool: Tool) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description is not None:
-        function["description"] = tool.description
-    function["parameters"] = tool.parameters or {"type": "object", "properties": {}}
-    return {"type": "function", "function": function}
-
-
-def _upstream_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
-    if choice.mode == "function":
-        return {"type": "function", "function": {"name": choice.name}}
-    return choice.mode
-
-
-def _upstream_format(fmt: ResponseFormat) -> dict[str, Any]:
-    if fmt.type == "json" or fmt.schema is None:
-        return {"type": "json_object"}
-    spec: dict[str, Any] = {"name": fmt.name or "schema", "schema": fmt.schema}
-    if fmt.strict is not None:
-        spec["strict"] = fmt.strict
-    return {"type": "json_schema", "json_schema": spec}
-
-
-def _upstream_effort(request: ChatRequest) -> str | None:
-    if request.think is False:
-        return "none"
-    if request.think_level is not None:
-        return request.think_level
-    return "medium" if request.think else None  # OpenAI's own default depth
-
-
-def _upstream_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """OpenAI servers insist that each tool result names the call it answers; Ollama
-    clients often send calls without ids and results without ``tool_call_id``, so
-    both are filled in, pairing a result with an open call of the same name."""
-    converted: list[dict[str, Any]] = []
-    open_calls: list[tuple[str, str]] = []  # (id, name) of calls not yet answered
-    for message in messages:
-        if message.role == "assistant":
-            ids = [call.id or new_call_id() for call in message.tool_calls]
-            open_calls = [(call_id, call.name) for call_id, call in zip(ids, message.tool_calls)]
-            converted.append(_upstream_assistant(message, ids))
-        elif message.role == "tool":
-            call_id = message.tool_call_id or _answered_call(open_calls, message.tool_name)
-            open_calls = [(i, n) for i, n in open_calls if i != call_id]
-            converted.append({"role": "tool", "tool_call_id": call_id, "content": message.text})
-        else:
-            converted.append(_upstream_plain(message))
-    return converted
-
-
-def _answered_call(open_calls: list[tuple[str, str]], name: str | None) -> str:
-    for call_id, call_name in open_calls:
-        if call_name == name:
-            return call_id
-    return open_calls[0][0] if open_calls else new_call_id()
-
-
-def _upstream_assistant(message: Message, ids: list[str]) -> dict[str, Any]:
-    text = message.text
-    converted: dict[str, Any] = {"role": "assistant", "content": text or (None if message.tool_calls else "")}
-    if message.tool_calls:
-        converted["tool_calls"] = [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": _encoder.encode(call.arguments).decode()},
-            }
-            for call_id, call in zip(ids, message.tool_calls)
-        ]
-    if message.name:
-        converted["name"] = message.name
-    return converted
-
-
-def _upstream_plain(message: Message) -> dict[str, Any]:
-    converted: dict[str, Any] = {"role": message.role, "content": _upstream_content(message)}
-    if message.name:
-        converted["name"] = message.name
-    return converted
-
-
-def _upstream_content(message: Message) -> str | list[dict[str, Any]]:
-    if not message.images:
-        return message.text
-    return [
-        {"type": "text", "text": part.text}
-        if isinstance(part, TextPart)
-        else {"type": "image_url", "image_url": {"url": image_data_uri(part)}}
-        for part in message.parts
-    ]
-
-
-def image_data_uri(image: ImagePart) -> str:
-    """A data URI whose type is sniffed from the bytes, not trusted from the client."""
-    mime = sniff_image_mime(image.data) or image.mime_type
-    return f"data:{mime};base64,{base64.b64encode(image.data).decode('ascii')}"

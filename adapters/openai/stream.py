@@ -165,7 +165,8 @@ class StreamEncoder:
         return index
 
     def _delta(self, delta: wire.ChatCompletionDelta, logprobs: wire.ChoiceLogprobs | None = None) -> bytes:
-        return self._chunk([wire.ChatCompletionStreamChoice(index=0, delta=delta, finish_reason=None, logprobs=logprobs)])
+        choice = wire.ChatCompletionStreamChoice(index=0, delta=delta, finish_reason=None, logprobs=logprobs)
+        return self._chunk([choice])
 
     def _chunk(self, choices: list[wire.ChatCompletionStreamChoice], usage: wire.UsageStats | None = None) -> bytes:
         chunk = wire.ChatCompletionStreamResponse(

@@ -1,1 +1,411 @@
-class OnnxBackend: ...
+"""``OnnxBackend``: a local model served by ONNX Runtime GenAI in a worker process.
+
+The server's event loop never runs inference: the worker (:mod:`backends.onnx.worker`)
+does, interleaving every active request a token at a time. This side renders the
+prompt, bounds the queue, turns worker reports into canonical events and unloads the
+model when its keep-alive runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime as dt
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+
+from adapters.canonical import (
+    ChatRequest,
+    ErrorEvent,
+    Event,
+    Finish,
+    Logprobs,
+    RoleStart,
+    Timings,
+    Usage,
+)
+from adapters.errors import BackendError, ContextTooLong, RequestError
+from backends.base import Capabilities, LoadedModel, ModelDetails
+from backends.onnx import lifecycle
+from backends.onnx.client import WorkerClient, WorkerGone
+from backends.onnx.grammar import guidance_for
+from backends.onnx.model_info import ModelFacts, read_model_facts
+from backends.onnx.parsers import CALL_OPEN, THINK_OPEN, OutputParser, ReasoningParser, ToolParser
+from backends.onnx.prepare import PrepareError, default_model_path, is_prepared, prepare_in_subprocess
+from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
+from backends.onnx.providers import Provider, ProviderChoice, candidate_providers, installed_flavours
+from backends.onnx.sampling import max_new_tokens, plan_sampling
+from backends.onnx.template import load_chat_template, render_chat, special_tokens, supports_thinking
+from backends.onnx.vocab import special_token_contents
+
+log = logging.getLogger("dragoman.onnx")
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``onnx`` backend's keys of a model entry."""
+
+    # Model folder (genai_config.json, model.onnx, tokenizer); unset = the default
+    # SmolLM2-135M-Instruct int4, built on first load when ``prepare`` is true.
+    path: str | None = None
+    provider: ProviderChoice = "auto"
+    provider_options: dict[str, str] = {}
+    threads: PositiveInt | None = None
+    template: str | None = None  # a Jinja chat template overriding the model's
+    tool_parser: ToolParser = "hermes"
+    reasoning_parser: ReasoningParser = "think"
+    max_concurrent: PositiveInt = 4
+    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 16
+    prepare: bool = True
+    parameter_size: str | None = None
+    quantization_level: str | None = None
+
+
+class CancelRecord(msgspec.Struct):
+    """What happened to a request the client abandoned; the worker's confirmation
+    (``worker_tokens``) says how many tokens it generated in all."""
+
+    request_id: int
+    tokens_at_cancel: int
+    worker_tokens: int | None = None
+    late_tokens: int = 0  # tokens already in flight when the cancel was sent
+    tokens_after_confirm: int = 0  # must stay 0: nothing runs after the confirmation
+    confirmed: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
+
+
+class OnnxBackend:
+    Settings: ClassVar[type[msgspec.Struct]] = OnnxSettings
+
+    def __init__(self, route: Any) -> None:
+        self.route = route
+        self.settings: OnnxSettings = route.settings
+        self.name: str = route.config.name
+        self.admission = lifecycle.Admission(self.settings.max_concurrent, self.settings.max_queue)
+        self.cancellations: collections.OrderedDict[int, CancelRecord] = collections.OrderedDict()
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.expires_at: dt.datetime | None = None
+        self._worker: WorkerClient | None = None
+        self._load_lock = asyncio.Lock()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._unloading: set[asyncio.Task[None]] = set()
+        self._ids = itertools.count(1)
+        self._candidates: list[Provider] | None = None
+        self._facts: ModelFacts | None = None
+        self._template: str | None = None
+        self._tokens: tuple[dict[str, str], frozenset[str]] | None = None
+
+    # -- discovery ---------------------------------------------------------------------
+
+    def capabilities(self, model: str) -> Capabilities:
+        thinking = self.settings.reasoning_parser == "think" and supports_thinking(self._chat_template())
+        return Capabilities(
+            tools=self.settings.tool_parser != "none", vision=False, thinking=thinking, json_schema=True, logprobs=True
+        )
+
+    def details(self, model: str) -> ModelDetails:
+        facts = self._model_facts()
+        family = facts.family
+        return ModelDetails(
+            format="onnx",
+            family=family,
+            families=[family] if family else None,
+            parameter_size=self.settings.parameter_size or facts.parameter_size,
+            quantization_level=self.settings.quantization_level or facts.quantization_level,
+            size=facts.size,
+            context_length=self._configured_context(),
+            template=self._chat_template(),
+        )
+
+    def loaded(self) -> list[LoadedModel]:
+        worker = self._worker
+        if worker is None or not worker.alive:
+            return []
+        size = self._model_facts().size
+        on_device = worker.ready is not None and worker.ready.provider != "cpu"
+        return [
+            LoadedModel(
+                name=self.name,
+                size=size,
+                size_vram=size if on_device else 0,
+                expires_at=self.expires_at,
+                context_length=self._configured_context(),
+                details=self.details(self.name),
+            )
+        ]
+
+    async def list_models(self) -> list[str]:
+        return []
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    async def load(self, model: str, keep_alive: float | None) -> None:
+        await self._ensure_worker()
+        if self.admission.idle:
+            self._schedule_expiry(lifecycle.keep_alive_for(keep_alive, self.route.keep_alive))
+
+    async def unload(self, model: str | None = None) -> None:
+        self._cancel_expiry()
+        async with self._load_lock:
+            worker, self._worker = self._worker, None
+            if worker is not None:
+                await worker.stop()
+                log.info("unloaded model '%s'", self.name)
+        self.expires_at = None
+
+    async def aclose(self) -> None:
+        await self.unload()
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.pid if self._worker is not None and self._worker.alive else None
+
+    # -- chat --------------------------------------------------------------------------
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        began = time.perf_counter_ns()
+        async with self.admission.slot(self.name):
+            self._cancel_expiry()
+            try:
+                load_ns = await self._ensure_worker()
+                async for event in self._generate(request, began, load_ns):
+                    yield event
+            finally:
+                if self.admission.active == 1 and self.admission.waiting == 0:
+                    self._schedule_expiry(lifecycle.keep_alive_for(request.keep_alive, self.route.keep_alive))
+
+    async def _generate(self, request: ChatRequest, began: int, load_ns: int) -> AsyncIterator[Event]:
+        worker = self._worker
+        assert worker is not None and worker.ready is not None
+        start, parser = self._plan(request, next(self._ids), worker.ready.context_length)
+        reports = worker.listen(start.request_id)
+        tokens_seen = 0
+        finished = False
+        try:
+            worker.send(start)
+            first = await reports.get()
+            self._raise_if_refused(first, request)
+            self.counters["started"] += 1
+            yield RoleStart()
+            while True:
+                report = await reports.get()
+                if isinstance(report, Tokens):
+                    tokens_seen += len(report.token_ids)
+                    for event in parser.feed(report.text):
+                        yield event
+                    if report.logprobs and request.logprobs:
+                        yield Logprobs(report.logprobs)
+                elif isinstance(report, Done):
+                    finished = True
+                    for event in [*parser.feed(report.text), *parser.finish()]:
+                        yield event
+                    yield self._finish(report, parser, began, load_ns)
+                    self.counters["finished"] += 1
+                    return
+                else:
+                    finished = True
+                    self.counters["failed"] += 1
+                    yield _error_event(report)
+                    return
+        finally:
+            worker.forget(start.request_id)
+            if not finished:
+                self._cancel(worker, start.request_id, tokens_seen)
+
+    def _plan(self, request: ChatRequest, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
+        template = self._chat_template()
+        tools_active = bool(request.tools) and request.tool_choice.mode != "none" and self.settings.tool_parser != "none"
+        thinking = self.settings.reasoning_parser == "think" and supports_thinking(template)
+        prompt = render_chat(
+            template,
+            request.messages,
+            request.tools if tools_active else None,
+            enable_thinking=request.think,
+            tokens=self._tokenizer_facts()[0],
+        )
+        options = request.options
+        search, processing = plan_sampling(options)
+        markers = [m for m, on in ((CALL_OPEN, tools_active), (THINK_OPEN, thinking)) if on]
+        start = Start(
+            request_id=request_id,
+            prompt=prompt,
+            context_length=self._context_length(options.num_ctx, model_context),
+            max_new_tokens=max_new_tokens(options),
+            search=search,
+            processing=processing,
+            guidance=guidance_for(request, tools_active=tools_active),
+            stop=list(options.stop or []),
+            logprobs=request.logprobs,
+            top_logprobs=request.top_logprobs if request.logprobs else 0,
+            special_tokens=bool(set(markers) & self._tokenizer_facts()[1]),
+        )
+        parser = OutputParser(
+            tools=tools_active,
+            thinking=thinking,
+            start_in_thinking=thinking and prompt.rstrip().endswith(THINK_OPEN),
+        )
+        return start, parser
+
+    def _raise_if_refused(self, first: Report | WorkerGone, request: ChatRequest) -> None:
+        if isinstance(first, Started):
+            return
+        if isinstance(first, Refused):
+            if first.kind == "context":
+                raise ContextTooLong(first.message, param="messages")
+            param = "tool_choice" if request.tool_choice.mode in ("required", "function") else "response_format"
+            raise RequestError(first.message, param=param)
+        if isinstance(first, (Failed, WorkerGone)):
+            raise BackendError(first.message)
+        raise BackendError(f"the model worker answered {type(first).__name__} to a new request")
+
+    def _finish(self, done: Done, parser: OutputParser, began: int, load_ns: int) -> Finish:
+        reason = "tool_calls" if parser.calls and done.reason == "stop" else done.reason
+        return Finish(
+            reason=reason,  # type: ignore[arg-type]
+            usage=Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens),
+            timings=Timings(
+                total_ns=time.perf_counter_ns() - began,
+                load_ns=load_ns,
+                prompt_eval_ns=done.prompt_eval_ns,
+                eval_ns=done.eval_ns,
+            ),
+        )
+
+    def _cancel(self, worker: WorkerClient, request_id: int, tokens_seen: int) -> None:
+        worker.send(Cancel(request_id))
+        self.counters["cancelled"] += 1
+        self.cancellations[request_id] = CancelRecord(request_id, tokens_at_cancel=tokens_seen)
+        while len(self.cancellations) > 100:
+            self.cancellations.popitem(last=False)
+
+    def _on_orphan(self, report: Report) -> None:
+        record = self.cancellations.get(getattr(report, "request_id", -1))
+        if record is None:
+            return
+        if isinstance(report, Tokens):
+            if record.confirmed.is_set():
+                record.tokens_after_confirm += len(report.token_ids)
+            else:
+                record.late_tokens += len(report.token_ids)
+        elif isinstance(report, (Done, Failed)) and not record.confirmed.is_set():
+            record.worker_tokens = report.completion_tokens if isinstance(report, Done) else None
+            record.confirmed.set()
+
+    # -- worker and model --------------------------------------------------------------
+
+    async def _ensure_worker(self) -> int:
+        """Start the worker unless it runs; the nanoseconds spent loading."""
+        async with self._load_lock:
+            if self._worker is not None and self._worker.alive:
+                return 0
+            began = time.perf_counter_ns()
+            model_dir = await self._ensure_model()
+            config = WorkerConfig(
+                model_path=str(model_dir),
+                providers=list(self._provider_candidates()),
+                provider_options=dict(self.settings.provider_options),
+                threads=self.settings.threads,
+            )
+            worker = WorkerClient(config, name=self.name, on_orphan=self._on_orphan)
+            ready = await worker.start()
+            self._worker = worker
+            self._facts = None
+            self._template = None
+            self._tokens = None
+            log.info("loaded model '%s' on %s (%s) in %.2fs", self.name, ready.provider, ready.device_type, ready.load_ns / 1e9)
+            return time.perf_counter_ns() - began
+
+    async def _ensure_model(self) -> Path:
+        model_dir = self._model_dir()
+        if self.settings.path is not None:
+            if not (model_dir / "genai_config.json").is_file():
+                raise BackendError(f"model '{self.name}': {model_dir} holds no genai_config.json (not an ONNX Runtime GenAI model)")
+            return model_dir
+        if is_prepared(model_dir):
+            return model_dir
+        if not self.settings.prepare:
+            raise BackendError(f"model '{self.name}' is not built yet; run: python -m backends.onnx.prepare {self._provider_candidates()[0]}")
+        try:
+            return await prepare_in_subprocess(self._provider_candidates()[0], model_dir)
+        except PrepareError as exc:
+            raise BackendError(f"model '{self.name}': {exc}") from exc
+
+    def _provider_candidates(self) -> list[Provider]:
+        if self._candidates is None:
+            self._candidates = candidate_providers(self.settings.provider, installed_flavours())
+        return self._candidates
+
+    def _model_dir(self) -> Path:
+        if self.settings.path is not None:
+            return Path(self.settings.path).expanduser()
+        return default_model_path(self._provider_candidates()[0])
+
+    def _model_facts(self) -> ModelFacts:
+        if self._facts is None:
+            self._facts = read_model_facts(self._model_dir())
+        return self._facts
+
+    def _chat_template(self) -> str:
+        if self._template is None:
+            self._template = load_chat_template(self._model_dir(), self.settings.template)
+        return self._template
+
+    def _tokenizer_facts(self) -> tuple[dict[str, str], frozenset[str]]:
+        """(``bos_token``/``eos_token`` strings for templates, special-token texts)."""
+        if self._tokens is None:
+            model_dir = self._model_dir()
+            self._tokens = (special_tokens(model_dir), special_token_contents(model_dir))
+        return self._tokens
+
+    def _configured_context(self) -> int | None:
+        model_max = self._model_facts().context_length
+        configured = self.route.config.context_length
+        if configured and model_max:
+            return min(configured, model_max)
+        return configured or model_max
+
+    def _context_length(self, num_ctx: int | None, model_context: int) -> int:
+        limit = model_context or self._configured_context() or 2048
+        wanted = num_ctx if num_ctx and num_ctx > 0 else self._configured_context() or limit
+        return min(wanted, limit)
+
+    # -- keep-alive --------------------------------------------------------------------
+
+    def _schedule_expiry(self, keep_alive: float) -> None:
+        self._cancel_expiry()
+        self.expires_at = lifecycle.expiry_time(keep_alive, dt.datetime.now(dt.UTC))
+        if keep_alive < 0 or self._worker is None:
+            return
+        loop = asyncio.get_running_loop()
+        if keep_alive == 0:
+            self._unload_soon()
+        else:
+            self._expiry = loop.call_later(keep_alive, self._unload_soon)
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _unload_soon(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._unload_if_idle())
+        self._unloading.add(task)
+        task.add_done_callback(self._unloading.discard)
+
+    async def _unload_if_idle(self) -> None:
+        await asyncio.sleep(0)  # let the finishing request leave its slot
+        if self.admission.idle:
+            await self.unload()
+
+
+def _error_event(report: Report | WorkerGone) -> ErrorEvent:
+    if isinstance(report, WorkerGone):
+        return ErrorEvent(report.message, status=502)
+    if isinstance(report, Failed):
+        return ErrorEvent(report.message, status=500)
+    return ErrorEvent(f"unexpected report from the model worker: {type(report).__name__}", status=502)

@@ -170,17 +170,17 @@ def _run_builder(hf_dir: Path, out_dir: Path, cache_dir: Path, provider: BuildPr
         "-i", str(hf_dir), "-o", str(out_dir), "-p", "int4", "-e", provider, "-c", str(cache_dir),
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    result = subprocess.run(
-        command,
-        env=env,
-        stdout=subprocess.PIPE if quiet else sys.stderr,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        tail = (result.stdout or "")[-2000:] if quiet else "(its output is above)"
-        raise PrepareError(f"the onnxruntime-genai builder failed with exit status {result.returncode}: {tail}")
+    tail: list[str] = []
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            tail = [*tail[-39:], line.rstrip()]
+            # One INFO line per quantized node is noise; the builder's own lines are not.
+            if not quiet and "[INFO]" not in line:
+                sys.stderr.write(line)
+    if process.returncode != 0:
+        output = "\n".join(tail)
+        raise PrepareError(f"the onnxruntime-genai builder failed with exit status {process.returncode}:\n{output}")
     if not (out_dir / "genai_config.json").is_file():
         raise PrepareError(f"the builder finished but wrote no genai_config.json into {out_dir}")
 
@@ -194,7 +194,9 @@ def _write_marker(out_dir: Path, provider: BuildProvider, gguf: Path) -> None:
     marker = {
         "model": "SmolLM2-135M-Instruct",
         "source": gguf.name,
-        "precision": "int4",
+        "family": "llama",
+        "parameter_size": "135M",
+        "quantization_level": "int4",
         "provider": provider,
         "builder": f"onnxruntime-genai {_version('onnxruntime-genai')}",
         "files": files,
@@ -253,6 +255,32 @@ def _version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "?"
+
+
+async def prepare_in_subprocess(provider: BuildProvider, target: Path) -> Path:
+    """Build the default model from a server without blocking its event loop: the
+    build runs as ``python -m backends.onnx.prepare`` and its progress is logged."""
+    import asyncio
+    import logging
+
+    log = logging.getLogger("dragoman.onnx.prepare")
+    log.warning("building the default model into %s (first use; takes a minute)", target)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "backends.onnx.prepare", provider,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )  # fmt: skip
+    tail: list[str] = []
+    assert process.stderr is not None
+    while line := await process.stderr.readline():
+        text = line.decode(errors="replace").rstrip()
+        if text.startswith("[") or text.startswith("error") or text.startswith("model ready"):
+            log.info("%s", text)
+        tail = [*tail[-9:], text]
+    if await process.wait() != 0 or not is_prepared(target):
+        errors = [t for t in tail if t.startswith("error:")]
+        raise PrepareError(f"building the default model failed: {(errors or tail or ['no output'])[-1]}")
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,6 +59,15 @@ def load_token_bytes(model_dir: Path) -> dict[int, bytes] | None:
     return token_bytes_table(data)
 
 
+def special_token_contents(model_dir: Path) -> frozenset[str]:
+    """Texts of the added tokens marked special (hidden by a default decode)."""
+    try:
+        data = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(a["content"] for a in data.get("added_tokens") or [] if a.get("special"))
+
+
 def _is_byte_level(tokenizer_json: dict[str, Any]) -> bool:
     def mentions(node: Any) -> bool:
         if isinstance(node, dict):

@@ -118,7 +118,8 @@ class UpstreamStreamDecoder:
         try:
             chunk = _reply_decoder.decode(payload)
         except msgspec.DecodeError as exc:
-            return self._fail(ErrorEvent(f"upstream sent a stream chunk that could not be read: {exc}", status=BAD_GATEWAY))
+            message = f"upstream sent a stream chunk that could not be read: {exc}"
+            return self._fail(ErrorEvent(message, status=BAD_GATEWAY))
         if chunk.error is not None:
             return self._fail(_error_event(chunk.error))
         return self._chunk_events(chunk)
@@ -216,7 +217,7 @@ def _logprobs(tokens: list[wire.UpstreamLogprob]) -> list[TokenLogprob]:
             token=token.token,
             logprob=token.logprob,
             bytes=token.bytes,
-            top_logprobs=[TopLogprob(token=t.token, logprob=t.logprob, bytes=t.bytes) for t in token.top_logprobs or ()],
+            top_logprobs=[TopLogprob(top.token, top.logprob, top.bytes) for top in token.top_logprobs or ()],
         )
         for token in tokens
     ]

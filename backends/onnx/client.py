@@ -1,0 +1,197 @@
+"""The server's handle on one worker process: start it, send commands, route reports.
+
+Reports are routed by ``request_id`` to per-request queues. Reports for a request no
+longer listened to (it was cancelled) go to ``on_orphan``, which is how cancellations
+are confirmed. If the worker dies, every listener receives :class:`WorkerGone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from adapters.errors import BackendError
+from backends.onnx.protocol import (
+    HEADER,
+    Command,
+    LoadFailed,
+    Ready,
+    Report,
+    Shutdown,
+    WorkerConfig,
+    decode_report,
+    encode_frame,
+    frame_length,
+)
+
+log = logging.getLogger("dragoman.onnx")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+STDERR_TAIL = 20
+
+
+class WorkerGone(msgspec.Struct, frozen=True):
+    """Put on every listener's queue when the worker process ends unexpectedly."""
+
+    message: str
+
+
+class WorkerClient:
+    def __init__(self, config: WorkerConfig, *, name: str, on_orphan: Callable[[Report], None] | None = None) -> None:
+        self.config = config
+        self.name = name
+        self.on_orphan = on_orphan
+        self.ready: Ready | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._listeners: dict[int, asyncio.Queue[Report | WorkerGone]] = {}
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.returncode is None and not self._closing
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    async def start(self, timeout: float = 300.0) -> Ready:
+        """Spawn the worker and wait until its model is loaded."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "backends.onnx.worker", msgspec.json.encode(self.config).decode(),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env, cwd=str(PROJECT_ROOT),
+        )  # fmt: skip
+        self._tasks.append(asyncio.create_task(self._log_stderr(), name=f"onnx-stderr-{self.name}"))
+        try:
+            first = await asyncio.wait_for(self._read_report(), timeout)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            await self._reap()
+            raise BackendError(f"the model worker for '{self.name}' exited while loading: {self._exit_text()}") from exc
+        except TimeoutError as exc:
+            await self.stop()
+            raise BackendError(f"the model worker for '{self.name}' did not load within {timeout:.0f}s") from exc
+        if isinstance(first, LoadFailed):
+            await self.stop()
+            raise BackendError(f"could not load model '{self.name}': {first.message}")
+        if not isinstance(first, Ready):
+            await self.stop()
+            raise BackendError(f"the model worker for '{self.name}' sent {type(first).__name__} before Ready")
+        self.ready = first
+        self._tasks.append(asyncio.create_task(self._route_reports(), name=f"onnx-reports-{self.name}"))
+        return first
+
+    def listen(self, request_id: int) -> asyncio.Queue[Report | WorkerGone]:
+        reports: asyncio.Queue[Report | WorkerGone] = asyncio.Queue()
+        if not self.alive:
+            reports.put_nowait(WorkerGone(f"the model worker for '{self.name}' is not running"))
+        self._listeners[request_id] = reports
+        return reports
+
+    def forget(self, request_id: int) -> None:
+        self._listeners.pop(request_id, None)
+
+    def send(self, command: Command) -> None:
+        """Queue a command for the worker. Synchronous, so it works in ``finally``
+        blocks of cancelled generators; the pipe's buffer absorbs the small frames."""
+        if self.alive:
+            self._write(command)
+
+    def _write(self, command: Command) -> None:
+        if self._process is None or self._process.stdin is None:
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            self._process.stdin.write(encode_frame(command))
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Ask the worker to exit; terminate, then kill, if it does not."""
+        process = self._process
+        if process is None:
+            return
+        self._closing = True
+        if process.returncode is None:
+            self._write(Shutdown())
+            with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):
+                process.stdin.close()  # type: ignore[union-attr]
+            try:
+                await asyncio.wait_for(process.wait(), timeout)
+            except TimeoutError:
+                process.terminate()
+                try:
+                    await asyncio.wait_for(process.wait(), timeout)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+        await self._reap()
+        self._notify_gone(f"model '{self.name}' was unloaded")
+
+    async def _read_report(self) -> Report:
+        stdout = self._process.stdout  # type: ignore[union-attr]
+        header = await stdout.readexactly(HEADER.size)  # type: ignore[union-attr]
+        body = await stdout.readexactly(frame_length(header))  # type: ignore[union-attr]
+        return decode_report(body)
+
+    async def _route_reports(self) -> None:
+        try:
+            while True:
+                report = await self._read_report()
+                listener = self._listeners.get(report.request_id)  # type: ignore[union-attr]
+                if listener is not None:
+                    listener.put_nowait(report)
+                elif self.on_orphan is not None:
+                    self.on_orphan(report)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception:  # a malformed frame: the worker cannot be trusted any more
+            log.exception("bad report from the model worker for '%s'", self.name)
+            if self._process is not None and self._process.returncode is None:
+                self._process.kill()
+        if self._process is not None:
+            await self._process.wait()
+        if self._tasks and not self._tasks[0].done():  # let the stderr tail arrive
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._tasks[0]), 1.0)
+        if not self._closing:
+            message = f"the model worker for '{self.name}' died: {self._exit_text()}"
+            log.error("%s", message)
+            self._notify_gone(message)
+
+    async def _log_stderr(self) -> None:
+        stderr = self._process.stderr  # type: ignore[union-attr]
+        while line := await stderr.readline():  # type: ignore[union-attr]
+            text = line.decode(errors="replace").rstrip()
+            self._stderr.append(text)
+            log.info("%s", text)
+
+    def _notify_gone(self, message: str) -> None:
+        for listener in self._listeners.values():
+            listener.put_nowait(WorkerGone(message))
+        self._listeners.clear()
+
+    def _exit_text(self) -> str:
+        code = self._process.returncode if self._process else None
+        if code is None:
+            return "still running"
+        status = f"exit status {code}" if code >= 0 else f"killed by signal {-code}"
+        tail = " | ".join(line for line in self._stderr if line)[-1500:]
+        return f"{status}; last output: {tail}" if tail else status
+
+    async def _reap(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            await self._process.wait()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current and not task.done():
+                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(task), 2.0)
+                task.cancel()

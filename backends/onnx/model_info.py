@@ -1,0 +1,54 @@
+"""What a model folder says about itself, for ``/api/show``, ``/api/tags`` and ``/api/ps``.
+
+Read from ``genai_config.json`` and, for models dragoman built, the build marker;
+the entry's settings override both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from backends.onnx.prepare import MARKER
+
+
+class ModelFacts(msgspec.Struct, frozen=True):
+    family: str = ""
+    parameter_size: str = ""
+    quantization_level: str = ""
+    context_length: int | None = None
+    size: int = 0
+
+
+def read_model_facts(model_dir: Path) -> ModelFacts:
+    genai = _json(model_dir / "genai_config.json")
+    marker = _json(model_dir / MARKER)
+    model = genai.get("model") or {}
+    context = model.get("context_length")
+    return ModelFacts(
+        family=str(marker.get("family") or model.get("type") or ""),
+        parameter_size=str(marker.get("parameter_size") or ""),
+        quantization_level=str(marker.get("quantization_level") or ""),
+        context_length=int(context) if isinstance(context, int) else None,
+        size=model_size(model_dir),
+    )
+
+
+def model_size(model_dir: Path) -> int:
+    """Bytes of the files a load reads: the ONNX graphs and their external data."""
+    try:
+        files = [f for f in model_dir.iterdir() if f.is_file() and (f.suffix in (".onnx", ".data") or f.name.endswith(".onnx.data"))]
+    except OSError:
+        return 0
+    return sum(f.stat().st_size for f in files)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
