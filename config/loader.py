@@ -23,6 +23,7 @@ from config.schema import (
     ModelConfig,
     ModelRoute,
     RawConfig,
+    ServerConfig,
 )
 
 DEFAULT_CONFIG = Path(__file__).with_name("default.yaml")
@@ -67,7 +68,22 @@ def parse_config(text: str, source: str, settings_for: SettingsLookup) -> Config
     raw = _convert(data, RawConfig, locate, "")
     routes = [_model_route(entry, i, settings_for, locate) for i, entry in enumerate(raw.models)]
     _check_names(routes, raw.aliases, locate)
-    return Config(server=raw.server, models=routes, aliases=raw.aliases, source=source)
+    keys = _api_keys(raw.server, Path(source).parent, locate)
+    return Config(server=raw.server, models=routes, aliases=raw.aliases, source=source, api_keys=keys)
+
+
+def _api_keys(server: ServerConfig, base: Path, locate: _Locator) -> list[str]:
+    """Keys from the list, the comma/space-separated string, and the keys file."""
+    listed = server.api_keys.replace(",", " ").split() if isinstance(server.api_keys, str) else server.api_keys
+    keys = [k.strip() for k in listed if k.strip()]
+    if server.api_keys_file:
+        path = (base / Path(server.api_keys_file).expanduser()).resolve()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise locate.error("server.api_keys_file", f"cannot read {path}: {exc.strerror or exc}") from None
+        keys += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+    return keys
 
 
 def _model_route(entry: Any, index: int, settings_for: SettingsLookup, locate: _Locator) -> ModelRoute:

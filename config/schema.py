@@ -17,11 +17,39 @@ DEFAULT_PORT = 11434
 DEFAULT_KEEP_ALIVE = 300.0  # seconds, as Ollama's 5m
 
 
+MiB = 1024 * 1024
+
+
+class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Bounds on what one request may ask; each breach is a clear 4xx/503."""
+
+    max_body_bytes: int = 32 * MiB
+    max_images: int = 16  # per request
+    max_image_bytes: int = 20 * MiB  # decoded bytes of all images of one request
+    # Per model: generations running at once, and requests waiting for a turn.
+    # None leaves it to the backend (the ONNX backend has its own bounded queue).
+    max_concurrent: int | None = None
+    max_queue: int = 64
+    request_timeout: float | None = None  # seconds for a whole request; None = no limit
+
+
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Bearer keys a client must present. A list, or one string of keys separated by
+    # commas or whitespace (so "${DRAGOMAN_API_KEYS}" can carry several). Empty: open,
+    # and any bearer value is accepted, as Ollama does.
+    api_keys: list[str] | str = msgspec.field(default_factory=list)
+    api_keys_file: str | None = None  # one key per line; '#' starts a comment
+    # Paths that never need a key (clients probe these before they authenticate).
+    open_paths: list[str] = msgspec.field(
+        default_factory=lambda: ["/", "/api/version", "/health/live", "/health/ready"]
+    )
+    cors_origins: list[str] = msgspec.field(default_factory=list)  # empty: CORS off
+    shutdown_grace: float = 30.0  # seconds running streams get after SIGTERM
+    limits: Limits = Limits()
 
 
 # Keys of a model entry that every backend shares; everything else is backend settings.
@@ -65,3 +93,4 @@ class Config(msgspec.Struct):
     models: list[ModelRoute]
     aliases: dict[str, str]
     source: str = "<built-in>"
+    api_keys: list[str] = msgspec.field(default_factory=list)  # resolved from list, string and file

@@ -7,13 +7,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 
 from config import Config
 from proxy.errors import EXCEPTION_HANDLERS
-from proxy.logging import request_log_middleware
+from proxy.auth import auth_middleware_factory
+from proxy.health_routes import health_router, metrics_route
+from proxy.logging import observe_requests
+from proxy.metrics import Metrics
 from proxy.models import BackendFactory, ModelTable, build_backend
 from proxy.ollama_routes import ollama_router
 from proxy.openai_routes import openai_router
@@ -24,6 +28,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     """An app serving ``config``. Backends are built when the app starts and closed
     (models unloaded, connections closed) when it stops."""
     table: ModelTable | None = None
+    metrics = Metrics(lambda: table.gauges() if table is not None else iter(()))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -33,18 +38,27 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         try:
             yield
         finally:
+            table.lifetime.begin_shutdown()
+            await table.lifetime.drained()
             await table.aclose()
 
     def provide_models() -> ModelTable:
         assert table is not None, "the app's lifespan has not started"
         return table
 
-    return Litestar(
-        route_handlers=[openai_router, ollama_router],
+    server = config.server
+    # Outermost first: every request is observed (and gets its id), even a refused one.
+    middleware: list[Any] = [observe_requests(metrics)]
+    if config.api_keys:
+        middleware.append(auth_middleware_factory(config.api_keys, server.open_paths))
+    app = Litestar(
+        route_handlers=[openai_router, ollama_router, health_router, metrics_route(metrics)],
         dependencies={"models": Provide(provide_models, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[request_log_middleware],
+        middleware=middleware,
         lifespan=[lifespan],
+        cors_config=CORSConfig(allow_origins=server.cors_origins) if server.cors_origins else None,
+        request_max_body_size=server.limits.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="dragoman",
             version=__version__,
@@ -55,6 +69,8 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         logging_config=None,
         debug=False,
     )
+    app.state.metrics = metrics
+    return app
 
 
 def app_from_env() -> Any:

@@ -1,25 +1,27 @@
 """Dialect-neutral chat plumbing between a route and a backend.
 
 A route decodes its dialect into a canonical request, then calls :func:`start_chat`,
-which resolves the model, applies its defaults, checks capabilities and pulls the
-first event, so that failures before any output are real HTTP errors. What follows
-is either streamed through an encoder or aggregated into one reply.
+which resolves the model, applies its defaults and limits, checks capabilities and
+pulls the first event, so that failures before any output are real HTTP errors. What
+follows is either streamed through an encoder or aggregated into one reply.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import msgspec
 import structlog
 
 from adapters.aggregate import ChatResult, ResultBuilder
-from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Secret
-from adapters.errors import BackendError, DragomanError, error_for_status
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, RoleStart, Secret
+from adapters.errors import BackendError, BackendTimeout, DragomanError, error_for_status
 from backends.base import Backend, check_capabilities
 from config import ModelRoute
+from proxy.limits import check_request, clamp_max_tokens
 from proxy.models import ModelTable
 from proxy.record import RequestRecord
 
@@ -42,20 +44,56 @@ class StreamEncoder(Protocol):
     def close(self) -> bytes: ...
 
 
-class Chat(msgspec.Struct):
+class Chat:
     """A started chat: the first event already pulled, the rest still to come."""
 
-    route: ModelRoute
-    backend: Backend
-    first: Event
-    events: AsyncIterator[Event]
+    __slots__ = ("route", "backend", "first", "events", "deadline", "_release", "_table", "_closed")
+
+    def __init__(
+        self, route: ModelRoute, backend: Backend, first: Event, events: AsyncIterator[Event],
+        deadline: float | None, release: Callable[[], None], table: ModelTable,
+    ) -> None:
+        self.route = route
+        self.backend = backend
+        self.first = first
+        self.events = events
+        self.deadline = deadline  # time.monotonic() by which the request must be done
+        self._release = release
+        self._table = table
+        self._closed = False
+
+    async def next(self) -> Event | None:
+        """The next event, or None at the end; a deadline (the request timeout, or the
+        end of the shutdown grace period) turns a wait past it into an error."""
+        deadline = _earliest(self.deadline, self._table.lifetime.deadline)
+        if deadline is None:
+            return await anext(self.events, None)
+        remaining = deadline - time.monotonic()
+        try:
+            async with asyncio.timeout(max(remaining, 0)):
+                return await anext(self.events, None)
+        except TimeoutError:
+            if self._table.lifetime.draining:
+                raise BackendError("server is shutting down; the reply was cut short", status=503) from None
+            raise BackendTimeout(f"model '{self.route.config.name}': request timed out") from None
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await _close(self.events)
+        finally:
+            self._release()
 
 
 def prepare(table: ModelTable, request: ChatRequest, record: RequestRecord) -> tuple[ModelRoute, Backend, ChatRequest]:
     route, backend = table.lookup(request.model)
     record.model = request.model
     record.backend = route.config.backend
+    check_request(request, table.limits)
     request = msgspec.structs.replace(request, options=request.options.merged(route.config.defaults))
+    request = clamp_max_tokens(request, route.config.context_length)
     check_capabilities(request, backend.capabilities(request.model), request.model)
     return route, backend, request
 
@@ -63,21 +101,34 @@ def prepare(table: ModelTable, request: ChatRequest, record: RequestRecord) -> t
 async def start_chat(
     table: ModelTable, request: ChatRequest, record: RequestRecord, *, authorization: str | None = None
 ) -> Chat:
+    table.lifetime.check_accepting()
     route, backend, request = prepare(table, request, record)
     if authorization is not None:
         request = msgspec.structs.replace(request, authorization=Secret(authorization))
+    timeout = table.limits.request_timeout
+    deadline = time.monotonic() + timeout if timeout is not None else None
+    release = await table.admit(route)
+    table.lifetime.in_flight += 1
+
+    def done() -> None:
+        table.lifetime.in_flight -= 1
+        release()
+
     events = aiter(backend.chat(request))
+    chat = Chat(route, backend, RoleStart(), events, deadline, done, table)
     try:
-        first = await anext(events)
-    except StopAsyncIteration:
-        first = Finish()
+        first = await chat.next()
     except BaseException:
-        await _close(events)
+        await chat.close()
         raise
+    if first is None:
+        first = Finish()
     if isinstance(first, ErrorEvent):
-        await _close(events)
+        await chat.close()
         raise error_for_status(first.status, first.message, retry_after=first.retry_after)
-    return Chat(route=route, backend=backend, first=first, events=events)
+    record.mark(first)
+    chat.first = first
+    return chat
 
 
 async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:
@@ -95,7 +146,9 @@ async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecor
             frame = encoder.encode(event)
             if frame:
                 yield frame
-            event = await anext(chat.events, None)
+            event = await chat.next()
+            if event is not None and record.first_token_at is None:
+                record.mark(event)
     except DragomanError as err:
         record.error = err.message
         yield encoder.error(err)
@@ -104,7 +157,7 @@ async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecor
         record.error = str(exc)
         yield encoder.error(BackendError(f"backend failed: {type(exc).__name__}: {exc}"))
     finally:
-        await _close(chat.events)
+        await chat.close()
     tail = encoder.close()
     if tail:
         yield tail
@@ -116,7 +169,9 @@ async def collect(chat: Chat, record: RequestRecord, receive: Any) -> ChatResult
     async def fold() -> ChatResult:
         builder = ResultBuilder()
         builder.add(chat.first)
-        async for event in chat.events:
+        while (event := await chat.next()) is not None:
+            if record.first_token_at is None:
+                record.mark(event)
             builder.add(event)
         return builder.result()
 
@@ -129,16 +184,23 @@ async def collect(chat: Chat, record: RequestRecord, receive: Any) -> ChatResult
         if not work.done():
             work.cancel()  # closes the backend's iterator at its current await
             await asyncio.wait({work})
-    if work.cancelled():
-        record.error = "client disconnected"
-        await _close(chat.events)
-        raise ClientDisconnected("client disconnected before the reply was complete")
     try:
+        if work.cancelled():
+            record.error = "client disconnected"
+            raise ClientDisconnected("client disconnected before the reply was complete")
         result = work.result()
     finally:
-        await _close(chat.events)
+        await chat.close()
     record.usage = result.usage
     return result
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
 
 
 async def _wait_disconnect(receive: Any) -> None:

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+import uvicorn
 
 from backends.registry import settings_type
 from config import Config, ConfigError, load_config, routing_table
@@ -57,8 +63,6 @@ def _load(path: Path | None) -> Config:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from proxy.app import create_app
     from proxy.logging import configure_logging
 
@@ -70,8 +74,41 @@ def _serve(args: argparse.Namespace) -> int:
     port = args.port or config.server.port
     print(f"dragoman: serving {len(config.models)} model entr{'y' if len(config.models) == 1 else 'ies'} "
           f"from {config.source} on http://{host}:{port}", file=sys.stderr)
-    uvicorn.run(create_app(config), host=host, port=port, log_config=None, access_log=False)
+    app = create_app(config)
+    server = GracefulServer(
+        uvicorn.Config(
+            app, host=host, port=port, log_config=None, access_log=False,
+            # uvicorn's own cut-off comes after ours, which ends streams with an error event
+            timeout_graceful_shutdown=config.server.shutdown_grace + 5,
+        )
+    )
+    server.run()
     return 0
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server, telling the app when SIGTERM/SIGINT arrives so running streams
+    get their grace period and new chats are refused."""
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        table = getattr(self.config.app.state, "models", None)
+        if table is not None:
+            table.lifetime.begin_shutdown()
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises the signal after shutting down, so the process dies by
+        # SIGTERM; a graceful stop should exit 0, as service managers expect.
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
 
 def _ensure_default_model() -> bool:

@@ -11,7 +11,8 @@ import logging
 import re
 import secrets
 import sys
-from typing import Any, Literal
+import time
+from typing import Any, Literal, Protocol
 
 import structlog
 
@@ -42,9 +43,26 @@ def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
     )
 
 
-def request_log_middleware(app: Any) -> Any:
-    """Gives each HTTP request a :class:`RequestRecord` and an ``X-Request-Id``; logs
-    one line when the response is complete (or the client went away)."""
+class Observer(Protocol):
+    def observe(self, record: RequestRecord, now: float) -> None: ...
+
+
+def observe_requests(observer: Observer | None = None) -> Any:
+    """An ASGI middleware factory: each HTTP request gets a :class:`RequestRecord` and an
+    ``X-Request-Id``; when the response is complete (or the client went away) one log
+    line is written and ``observer`` (the metrics) sees the record."""
+
+    def middleware_for(app: Any) -> Any:
+        return _middleware(app, observer)
+
+    return middleware_for
+
+
+def _middleware(app: Any, observer: Observer | None) -> Any:
+    def finish(record: RequestRecord) -> None:
+        access_log.info("request", **record.fields())
+        if observer is not None:
+            observer.observe(record, time.perf_counter())
 
     async def middleware(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -63,7 +81,7 @@ def request_log_middleware(app: Any) -> Any:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False) and not logged:
                 logged = True
-                access_log.info("request", **record.fields())
+                finish(record)
 
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             try:
@@ -71,7 +89,7 @@ def request_log_middleware(app: Any) -> Any:
             finally:
                 if not logged:
                     record.error = record.error or "response not completed"
-                    access_log.info("request", **record.fields())
+                    finish(record)
 
     return middleware
 

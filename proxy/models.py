@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
+from prometheus_client.core import GaugeMetricFamily
 
 from adapters.errors import ModelNotFound
 from backends.base import Backend
 from config import Config, ModelRoute, resolve
+from proxy.limits import ModelGate
+from proxy.shutdown import Lifetime
 
 log = structlog.get_logger("dragoman.models")
 
@@ -22,8 +25,46 @@ class ModelTable:
 
     def __init__(self, config: Config, factory: BackendFactory) -> None:
         self.config = config
+        self.limits = config.server.limits
+        self.lifetime = Lifetime(config.server.shutdown_grace)
         self.started = dt.datetime.now(dt.timezone.utc)
         self._backends: dict[int, Backend] = {id(route): factory(route) for route in config.models}
+        self._gates: dict[int, ModelGate] = {}
+        if self.limits.max_concurrent is not None:
+            self._gates = {
+                id(route): ModelGate(route.config.name, self.limits.max_concurrent, self.limits.max_queue)
+                for route in config.models
+            }
+
+    async def admit(self, route: ModelRoute) -> Callable[[], None]:
+        """Wait for the model's gate (503 when its queue is full); returns the release."""
+        gate = self._gates.get(id(route))
+        if gate is None:
+            return _nothing
+        await gate.acquire()
+        return gate.release
+
+    def gauges(self) -> Iterator[GaugeMetricFamily]:
+        """Backend-side gauges for /metrics, read at scrape time."""
+        queue = GaugeMetricFamily("dragoman_queue_depth", "Requests waiting for a model", labels=["model"])
+        active = GaugeMetricFamily("dragoman_active_requests", "Chats running per model entry", labels=["model"])
+        for route in self.config.models:
+            gate = self._gates.get(id(route))
+            if gate is not None:
+                queue.add_metric([route.config.name], gate.waiting)
+                active.add_metric([route.config.name], gate.active)
+        loaded = GaugeMetricFamily("dragoman_loaded_models", "Models loaded in memory", labels=["model", "backend"])
+        health = GaugeMetricFamily(
+            "dragoman_upstream_endpoint_healthy", "1 when an upstream endpoint is in rotation", labels=["model", "endpoint"]
+        )
+        for route, backend in self.entries():
+            for model in backend.loaded():
+                loaded.add_metric([model.name, route.config.backend], 1)
+            endpoint_health = getattr(backend, "endpoint_health", None)
+            if endpoint_health is not None:
+                for endpoint, healthy in endpoint_health().items():
+                    health.add_metric([route.config.name, endpoint], 1 if healthy else 0)
+        yield from (queue, active, loaded, health)
 
     def lookup(self, name: str) -> tuple[ModelRoute, Backend]:
         route = resolve(self.config, name)
@@ -58,6 +99,10 @@ class ModelTable:
                 await backend.aclose()
             except Exception as exc:  # closing the others matters more
                 log.warning("backend close failed", error=str(exc))
+
+
+def _nothing() -> None:
+    return None
 
 
 def build_backend(route: ModelRoute) -> Any:

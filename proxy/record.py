@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import time
 
-from adapters.canonical import Usage
+from adapters.canonical import ContentDelta, Event, ThinkingDelta, ToolCallDone, ToolCallFragment, Usage
+
+_TOKEN_EVENTS = (ContentDelta, ThinkingDelta, ToolCallDone, ToolCallFragment)
 
 SCOPE_KEY = "dragoman.record"
 
 
 class RequestRecord:
-    __slots__ = ("request_id", "method", "path", "dialect", "model", "backend", "status", "usage", "error", "started")
+    __slots__ = (
+        "request_id", "method", "path", "dialect", "model", "backend", "status", "usage", "error", "started",
+        "first_token_at",
+    )
 
     def __init__(self, request_id: str, method: str, path: str) -> None:
         self.request_id = request_id
@@ -23,6 +28,12 @@ class RequestRecord:
         self.usage: Usage | None = None
         self.error: str | None = None
         self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+
+    def mark(self, event: Event) -> None:
+        """Note the time of the first generated token (for time-to-first-token)."""
+        if self.first_token_at is None and isinstance(event, _TOKEN_EVENTS):
+            self.first_token_at = time.perf_counter()
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -36,6 +47,8 @@ class RequestRecord:
         if self.model is not None:
             out["model"] = self.model
             out["backend"] = self.backend
+        if self.first_token_at is not None:
+            out["ttft_ms"] = round((self.first_token_at - self.started) * 1000, 2)
         if self.usage is not None:
             out["prompt_tokens"] = self.usage.prompt_tokens
             out["generated_tokens"] = self.usage.completion_tokens

@@ -321,19 +321,29 @@ class OnnxBackend:
             return time.perf_counter_ns() - began
 
     async def _ensure_model(self) -> Path:
+        """The model folder; the default model is built first when it is missing."""
         model_dir = self._model_dir()
-        if self.settings.path is not None:
+        if is_prepared(model_dir):
+            return model_dir
+        build_provider = self._default_build(model_dir)
+        if build_provider is None:
             if not (model_dir / "genai_config.json").is_file():
                 raise BackendError(f"model '{self.name}': {model_dir} holds no genai_config.json (not an ONNX Runtime GenAI model)")
             return model_dir
-        if is_prepared(model_dir):
-            return model_dir
         if not self.settings.prepare:
-            raise BackendError(f"model '{self.name}' is not built yet; run: python -m backends.onnx.prepare {self._provider_candidates()[0]}")
+            raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare (or python -m backends.onnx.prepare {build_provider})")
         try:
-            return await prepare_in_subprocess(self._provider_candidates()[0], model_dir)
+            return await prepare_in_subprocess(build_provider, model_dir)
         except PrepareError as exc:
             raise BackendError(f"model '{self.name}': {exc}") from exc
+
+    def _default_build(self, model_dir: Path) -> Provider | None:
+        """The provider the default model at ``model_dir`` is built for; None when
+        ``model_dir`` is not where :func:`prepare_smollm2` builds."""
+        for provider in ("cpu", "cuda", "dml"):
+            if model_dir.resolve() == default_model_path(provider).resolve():  # type: ignore[arg-type]
+                return provider  # type: ignore[return-value]
+        return None
 
     def _provider_candidates(self) -> list[Provider]:
         if self._candidates is None:

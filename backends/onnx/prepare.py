@@ -128,7 +128,7 @@ def prepare_smollm2(
         report.stage(3, "recording file sizes and hashes")
         _write_marker(out_dir, provider, gguf)
         report.stage(4, f"installing into {target}")
-        _install(out_dir, target)
+        _install(out_dir, target, replace=force)
     report.done(f"model ready in {time.perf_counter() - started:.1f}s: {target}")
     return target
 
@@ -161,6 +161,7 @@ def _write_hf_folder(gguf: Path, hf_dir: Path, *, quiet: bool) -> None:
     config["architectures"] = ["LlamaForCausalLM"]
     config["torch_dtype"] = config["dtype"] = "float32"
     (hf_dir / "config.json").write_text(json.dumps(config, indent=2))
+    model.generation_config.save_pretrained(hf_dir)
     del model, weights
 
 
@@ -204,11 +205,13 @@ def _write_marker(out_dir: Path, provider: BuildProvider, gguf: Path) -> None:
     (out_dir / MARKER).write_text(json.dumps(marker, indent=2))
 
 
-def _install(out_dir: Path, target: Path) -> None:
-    """Rename the finished build into place; a broken old build is removed first, and
-    a concurrent builder that finished first wins (ours is discarded)."""
-    if target.exists() and not is_prepared(target):
-        shutil.rmtree(target)
+def _install(out_dir: Path, target: Path, *, replace: bool) -> None:
+    """Rename the finished build into place. An old build is moved aside first when
+    replacing it or when it is broken; a concurrent builder that finished first wins."""
+    if target.exists() and (replace or not is_prepared(target)):
+        old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
+        os.replace(target, old / "model")
+        shutil.rmtree(old, ignore_errors=True)
     try:
         os.replace(out_dir, target)
     except OSError:

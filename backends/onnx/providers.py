@@ -27,7 +27,7 @@ FLAVOURS: dict[str, Provider] = {
     "onnxruntime-genai-winml": "dml",
     "onnxruntime-genai-directml": "dml",
 }
-EXTRAS: dict[Provider, str] = {"cpu": "dragoman", "cuda": "dragoman[cuda]", "dml": "dragoman[directml]"}
+EXTRAS: dict[Provider, str] = {"cpu": "dragoman[cpu]", "cuda": "dragoman[cuda]", "dml": "dragoman[directml]"}
 MIN_VERSION = (0, 18)
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def candidate_providers(requested: ProviderChoice, installed: Mapping[str, str])
     """Providers to try, in order, for ``requested`` given the installed flavours
     (distribution → version). Raises :class:`ProviderError` saying what to run."""
     if not installed:
-        raise ProviderError("onnxruntime-genai is not installed: pip install 'dragoman'")
+        raise ProviderError("onnxruntime-genai is not installed: pip install 'dragoman[cpu]' (or [cuda], [directml])")
     if len(installed) > 1:
         keep = _preferred_flavour(requested, installed)
         drop = sorted(d for d in installed if d != keep)

@@ -1,0 +1,66 @@
+"""What a model entry served by an upstream server may say in the YAML config.
+
+Timeouts are seconds. ``first_byte_timeout`` is long by default because an upstream may
+have to load the model and read a long prompt before it sends anything; once it has
+started, a gap longer than ``idle_timeout`` between two chunks means it is stuck.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from adapters.canonical import Secret
+
+
+class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    base_url: str | None = None  # the one-endpoint spelling of ``endpoints``
+    endpoints: list[str] = msgspec.field(default_factory=list)
+    model: str | None = None  # the upstream's name; default: the name the client asked for
+    api_key: str | None = None  # usually "${ENV_VAR}"
+    forward_auth: bool = False  # pass the client's Authorization header on instead
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 300.0
+    idle_timeout: float = 60.0
+    total_timeout: float = 600.0
+    # Passive health: an endpoint failing this many requests in a row is skipped for
+    # ``cooldown`` seconds (while another endpoint is healthy).
+    max_failures: int = 3
+    cooldown: float = 30.0
+    max_connections: int = 100  # per upstream server, shared by every entry that uses it
+    # List the upstream's own models (those this entry's name or pattern matches).
+    discover: bool = False
+    discover_ttl: float = 60.0
+    # OpenAI upstreams only: send Ollama-only sampling options (top_k, min_p,
+    # repeat_penalty, …) as extra body fields, as vLLM and llama-server accept them.
+    extra_options: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.base_url is None) == (not self.endpoints):
+            raise ValueError("give the upstream as either 'base_url' or 'endpoints' (a list of URLs), not both")
+        for url in self.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"upstream URL '{url}' must start with http:// or https://")
+        for name in ("connect_timeout", "first_byte_timeout", "idle_timeout", "total_timeout", "cooldown"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"'{name}' must be a positive number of seconds")
+        if self.max_failures < 1 or self.max_connections < 1:
+            raise ValueError("'max_failures' and 'max_connections' must be at least 1")
+
+    @property
+    def urls(self) -> list[str]:
+        """Every endpoint's base URL, without a trailing slash."""
+        raw = self.endpoints or [self.base_url or ""]
+        return [url.rstrip("/") for url in raw]
+
+    @property
+    def secret_key(self) -> Secret | None:
+        return Secret(self.api_key) if self.api_key else None
+
+    def __repr__(self) -> str:
+        # Settings may end up in a log line or a traceback; the key must not.
+        shown = {f: getattr(self, f) for f in self.__struct_fields__ if f != "api_key"}
+        key = ", api_key='***'" if self.api_key else ""
+        return f"UpstreamSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())}{key})"
+
+
+__all__ = ["UpstreamSettings"]

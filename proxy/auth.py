@@ -1,0 +1,66 @@
+"""Bearer-key authentication, answered in the caller's dialect.
+
+Keys are compared with ``hmac.compare_digest`` against every configured key (no early
+exit), so the time taken says nothing about how close a guess was.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from typing import Any
+
+from adapters import ollama, openai
+from adapters.errors import AuthenticationError
+
+
+def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
+    candidate = presented.encode()
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(candidate, key)
+    return matched
+
+
+def bearer_token(scope: dict[str, Any]) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def auth_middleware_factory(api_keys: list[str], open_paths: list[str]) -> Any:
+    """An ASGI middleware that refuses requests without a configured key. With no keys
+    configured it is not installed at all (any bearer value is accepted, as Ollama)."""
+    keys = [k.encode() for k in api_keys]
+    open_set = frozenset(open_paths)
+
+    def middleware(app: Any) -> Any:
+        async def check(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http" or scope["path"] in open_set or scope["method"] == "OPTIONS":
+                await app(scope, receive, send)
+                return
+            token = bearer_token(scope)
+            if token is not None and key_matches(token, keys):
+                await app(scope, receive, send)
+                return
+            reason = "missing API key: send 'Authorization: Bearer <key>'" if token is None else "invalid API key"
+            err = AuthenticationError(reason, code="invalid_api_key")
+            body = openai.render_error(err) if scope["path"].startswith("/v1/") else ollama.render_error(err)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", b"Bearer"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+
+        return check
+
+    return middleware

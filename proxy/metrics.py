@@ -1,0 +1,84 @@
+"""Prometheus metrics, recorded once per request from its :class:`RequestRecord`.
+
+Each app has its own registry (several apps can live in one process, as in tests);
+gauges that describe backends are read at scrape time, not kept up to date.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from proxy.record import RequestRecord
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_KNOWN_ROUTES = frozenset(
+    {"/v1/chat/completions", "/v1/models", "/api/chat", "/api/tags", "/api/show", "/api/ps", "/api/version", "/",
+     "/health/live", "/health/ready", "/metrics"}
+)
+
+
+def route_label(path: str) -> str:
+    """Bounded label values: unknown paths must not grow the series without limit."""
+    if path in _KNOWN_ROUTES:
+        return path
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{model}"
+    return "other"
+
+
+class Metrics:
+    def __init__(self, backend_gauges: Callable[[], Iterator[GaugeMetricFamily]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "dragoman_requests", "HTTP requests", ["route", "dialect", "model", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "dragoman_request_duration_seconds", "Whole request time, to the last byte",
+            ["route", "dialect", "model"], buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "dragoman_time_to_first_token_seconds", "Time from request to the first generated token",
+            ["dialect", "model"], buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.tokens = Counter(
+            "dragoman_tokens", "Tokens processed", ["model", "direction"], registry=self.registry
+        )
+        self.speed = Histogram(
+            "dragoman_generation_tokens_per_second", "Generated tokens per second, per request", ["model"],
+            buckets=(1, 5, 10, 20, 50, 100, 200, 500, 1000, 5000), registry=self.registry,
+        )
+        self.registry.register(_BackendCollector(backend_gauges))
+
+    def observe(self, record: RequestRecord, now: float) -> None:
+        route = route_label(record.path)
+        model = record.model or ""
+        self.requests.labels(route, record.dialect, model, str(record.status)).inc()
+        self.latency.labels(route, record.dialect, model).observe(now - record.started)
+        if record.first_token_at is not None:
+            self.ttft.labels(record.dialect, model).observe(record.first_token_at - record.started)
+        if record.usage is not None:
+            self.tokens.labels(model, "in").inc(record.usage.prompt_tokens)
+            self.tokens.labels(model, "out").inc(record.usage.completion_tokens)
+            if record.first_token_at is not None and record.usage.completion_tokens > 1 and now > record.first_token_at:
+                self.speed.labels(model).observe((record.usage.completion_tokens - 1) / (now - record.first_token_at))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _BackendCollector(Collector):
+    def __init__(self, gauges: Callable[[], Iterator[GaugeMetricFamily]]) -> None:
+        self._gauges = gauges
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._gauges()
+
+    def describe(self) -> list[Any]:
+        return []

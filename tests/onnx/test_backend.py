@@ -1,0 +1,277 @@
+"""The ONNX backend end to end with the real SmolLM2-135M model (greedy, short)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+
+import jsonschema
+import msgspec
+import pytest
+
+from adapters.canonical import (
+    ContentDelta,
+    ErrorEvent,
+    Finish,
+    Logprobs,
+    ResponseFormat,
+    RoleStart,
+    Tool,
+    ToolCallDone,
+    ToolChoice,
+)
+from adapters.errors import ContextTooLong, Overloaded, RequestError
+from backends.base import Backend
+from backends.onnx import OnnxBackend
+from tests.onnx.conftest import MODEL_NAME, ask, collect
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 40}, "country": {"type": "string", "maxLength": 40}},
+    "required": ["city", "country"],
+    "additionalProperties": False,
+}
+WEATHER = Tool(
+    name="get_weather",
+    description="Current weather of a city",
+    parameters={
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"],
+    },
+)
+
+
+def text_of(events: list[object]) -> str:
+    return "".join(e.text for e in events if isinstance(e, ContentDelta))
+
+
+def finish_of(events: list[object]) -> Finish:
+    assert isinstance(events[-1], Finish), events[-1]
+    return events[-1]
+
+
+async def test_satisfies_the_backend_protocol(backend: OnnxBackend) -> None:
+    assert isinstance(backend, Backend)
+    assert msgspec.convert({"max_concurrent": 2, "provider": "cpu"}, OnnxBackend.Settings).max_concurrent == 2
+    with pytest.raises(msgspec.ValidationError, match="unknown field"):
+        msgspec.convert({"max_concurent": 2}, OnnxBackend.Settings)
+
+
+async def test_greedy_answer_streams_in_order(backend: OnnxBackend) -> None:
+    events = await collect(backend.chat(ask("What is the capital of France?", num_predict=16)))
+    assert isinstance(events[0], RoleStart)
+    assert all(isinstance(e, ContentDelta) for e in events[1:-1])
+    assert "Paris" in text_of(events)
+    finish = finish_of(events)
+    assert finish.reason == "length" and finish.usage.completion_tokens == 16
+    assert finish.usage.prompt_tokens == 37
+    assert finish.timings.eval_ns > 0 and finish.timings.prompt_eval_ns > 0 and finish.timings.total_ns >= finish.timings.eval_ns
+
+
+async def test_same_seed_same_output(backend: OnnxBackend) -> None:
+    runs = [
+        text_of(await collect(backend.chat(ask("Write a word.", temperature=1.5, seed=seed, num_predict=12))))
+        for seed in (7, 7, 8)
+    ]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+async def test_stop_string_is_never_emitted(backend: OnnxBackend) -> None:
+    # Greedy reply: "The capital of France is Paris, ..."; "is Par" spans two tokens.
+    events = await collect(backend.chat(ask("What is the capital of France?", num_predict=16, stop=["is Par"])))
+    assert text_of(events) == "The capital of France "
+    assert finish_of(events).reason == "stop"
+
+
+async def test_json_schema_output_validates(backend: OnnxBackend) -> None:
+    request = ask(
+        "What is the capital of France? Answer in JSON.",
+        num_predict=48,
+        response_format=ResponseFormat(type="json_schema", schema=CITY),
+    )
+    events = await collect(backend.chat(request))
+    assert finish_of(events).reason == "stop"
+    value = msgspec.json.decode(text_of(events))
+    jsonschema.validate(value, CITY)
+
+
+async def test_json_mode_gives_an_object(backend: OnnxBackend) -> None:
+    events = await collect(backend.chat(ask("Describe Paris in JSON.", num_predict=40, response_format=ResponseFormat(type="json"))))
+    text = text_of(events)
+    assert text.startswith("{")
+    if finish_of(events).reason == "stop":
+        assert isinstance(msgspec.json.decode(text), dict)
+
+
+async def test_tool_choice_required_gives_a_valid_call(backend: OnnxBackend) -> None:
+    request = ask("What's the weather in Paris?", num_predict=60, tools=[WEATHER], tool_choice=ToolChoice(mode="required"))
+    events = await collect(backend.chat(request))
+    calls = [e.call for e in events if isinstance(e, ToolCallDone)]
+    assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].index == 0 and calls[0].id
+    jsonschema.validate(calls[0].arguments, WEATHER.parameters)
+    assert text_of(events) == ""
+    assert finish_of(events).reason == "tool_calls"
+
+
+async def test_tool_choice_none_keeps_tools_out(backend: OnnxBackend) -> None:
+    request = ask("What is the capital of France?", num_predict=8, tools=[WEATHER], tool_choice=ToolChoice(mode="none"))
+    events = await collect(backend.chat(request))
+    assert text_of(events).startswith("The capital of France")
+
+
+async def test_logprobs_with_top_alternatives(backend: OnnxBackend) -> None:
+    events = await collect(backend.chat(ask("What is the capital of France?", num_predict=6, logprobs=True, top_logprobs=3)))
+    tokens = [t for e in events if isinstance(e, Logprobs) for t in e.tokens]
+    assert len(tokens) == 6
+    for token in tokens:
+        assert len(token.top_logprobs) == 3
+        assert token.logprob <= 0 and bytes(token.bytes or []).decode() == token.token
+        assert [t.logprob for t in token.top_logprobs] == sorted((t.logprob for t in token.top_logprobs), reverse=True)
+        assert token.top_logprobs[0].token == token.token  # greedy picks the most likely
+    assert "".join(t.token for t in tokens) == text_of(events)
+
+
+async def test_no_logprobs_unless_asked(backend: OnnxBackend) -> None:
+    events = await collect(backend.chat(ask("Hi", num_predict=3)))
+    assert not [e for e in events if isinstance(e, Logprobs)]
+
+
+async def test_the_numpy_processors_run(backend: OnnxBackend) -> None:
+    options = {"temperature": 0.8, "seed": 3, "min_p": 0.05, "tfs_z": 0.95, "repeat_penalty": 1.3, "repeat_last_n": 16,
+               "presence_penalty": 0.5, "frequency_penalty": 0.3, "num_predict": 10}  # fmt: skip
+    first = await collect(backend.chat(ask("Tell me about cats.", **options)))
+    assert finish_of(first).usage.completion_tokens == 10
+    mirostat = {"temperature": 0.8, "seed": 3, "mirostat": 2, "num_predict": 10}
+    runs = [text_of(await collect(backend.chat(ask("Tell me about cats.", **mirostat)))) for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0]
+
+
+async def test_too_long_prompt_is_refused_before_any_event(make_backend: Callable[..., OnnxBackend]) -> None:
+    small = make_backend(context_length=64)
+    try:
+        with pytest.raises(ContextTooLong) as info:
+            await collect(small.chat(ask("word " * 100, num_predict=4)))
+        assert "the prompt is 136 tokens" in info.value.message and "context length of 64 tokens" in info.value.message
+        assert info.value.status == 400
+    finally:
+        await small.aclose()
+
+
+async def test_invalid_schema_is_a_request_error(backend: OnnxBackend) -> None:
+    request = ask("Hi", num_predict=4, response_format=ResponseFormat(type="json_schema", schema={"type": "nonsense"}))
+    with pytest.raises(RequestError) as info:
+        await collect(backend.chat(request))
+    assert info.value.param == "response_format"
+
+
+async def test_cancellation_stops_generation(backend: OnnxBackend) -> None:
+    stream = backend.chat(ask("Write a long story about a dragon.", num_predict=400))
+    seen = 0
+    async for event in stream:
+        if isinstance(event, ContentDelta):
+            seen += 1
+            if seen == 5:
+                break
+    await stream.aclose()
+    record = next(reversed(backend.cancellations.values()))
+    await asyncio.wait_for(record.confirmed.wait(), 5)
+    assert record.worker_tokens is not None
+    # The worker stopped within a few tokens of the cancel, not at 400.
+    assert record.worker_tokens <= record.tokens_at_cancel + 3
+    await asyncio.sleep(0.3)
+    assert record.tokens_after_confirm == 0
+    # And it still serves.
+    assert "Paris" in text_of(await collect(backend.chat(ask("What is the capital of France?", num_predict=8))))
+
+
+async def test_concurrent_chats_interleave(backend: OnnxBackend) -> None:
+    stamps: dict[str, list[tuple[float, object]]] = {"a": [], "b": []}
+
+    async def run(key: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        async for event in backend.chat(ask("Write a long story about a dragon.", num_predict=40)):
+            stamps[key].append((time.perf_counter(), event))
+
+    await asyncio.gather(run("a", 0), run("b", 0.05))
+    first_of_b = next(t for t, e in stamps["b"] if isinstance(e, ContentDelta))
+    end_of_a = stamps["a"][-1][0]
+    assert isinstance(stamps["a"][-1][1], Finish) and isinstance(stamps["b"][-1][1], Finish)
+    assert first_of_b < end_of_a
+
+
+async def test_queue_full_is_overloaded(make_backend: Callable[..., OnnxBackend]) -> None:
+    busy = make_backend(max_concurrent=1, max_queue=0)
+    try:
+        running = busy.chat(ask("Write a long story.", num_predict=100))
+        assert isinstance(await running.__anext__(), RoleStart)
+        with pytest.raises(Overloaded) as info:
+            await collect(busy.chat(ask("Hi", num_predict=2)))
+        assert info.value.retry_after == 1
+        await running.aclose()
+    finally:
+        await busy.aclose()
+
+
+async def test_keep_alive_zero_unloads_after_the_request(make_backend: Callable[..., OnnxBackend]) -> None:
+    fresh = make_backend(keep_alive=300)
+    try:
+        events = await collect(fresh.chat(ask("Hi", num_predict=2)))
+        assert finish_of(events).timings.load_ns > 0
+        (entry,) = fresh.loaded()
+        assert entry.name == MODEL_NAME and entry.size > 80_000_000 and entry.context_length == 1024
+        assert entry.expires_at is not None and 290 < (entry.expires_at - entry.expires_at.now(entry.expires_at.tzinfo)).total_seconds() <= 300
+        pid = fresh.worker_pid
+        assert pid is not None
+        request = ask("Hi", num_predict=2)
+        request.keep_alive = 0
+        await collect(fresh.chat(request))
+        for _ in range(50):
+            if not fresh.loaded():
+                break
+            await asyncio.sleep(0.1)
+        assert fresh.loaded() == []
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        await fresh.aclose()
+
+
+async def test_load_forever_and_unload(make_backend: Callable[..., OnnxBackend]) -> None:
+    fresh = make_backend(keep_alive=300)
+    try:
+        await fresh.load(MODEL_NAME, -1)
+        (entry,) = fresh.loaded()
+        assert entry.expires_at is None
+        await fresh.unload(MODEL_NAME)
+        assert fresh.loaded() == []
+    finally:
+        await fresh.aclose()
+
+
+async def test_worker_death_is_reported_and_the_next_request_restarts_it(make_backend: Callable[..., OnnxBackend]) -> None:
+    fragile = make_backend()
+    try:
+        stream = fragile.chat(ask("Write a long story about a dragon.", num_predict=300))
+        assert isinstance(await stream.__anext__(), RoleStart)
+        os.kill(fragile.worker_pid, 9)  # type: ignore[arg-type]
+        events = [event async for event in stream]
+        assert isinstance(events[-1], ErrorEvent) and events[-1].status == 502
+        assert "died" in events[-1].message and "signal 9" in events[-1].message
+        again = await collect(fragile.chat(ask("What is the capital of France?", num_predict=8)))
+        assert "Paris" in text_of(again)
+    finally:
+        await fragile.aclose()
+
+
+async def test_details_and_capabilities(backend: OnnxBackend) -> None:
+    details = backend.details(MODEL_NAME)
+    assert (details.format, details.family, details.parameter_size, details.quantization_level) == ("onnx", "llama", "135M", "int4")
+    assert details.context_length == 1024 and "<|im_start|>" in details.template and details.size > 80_000_000
+    caps = backend.capabilities(MODEL_NAME)
+    assert (caps.tools, caps.vision, caps.thinking, caps.json_schema, caps.logprobs) == (True, False, False, True, True)

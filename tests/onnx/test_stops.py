@@ -1,0 +1,46 @@
+"""Stop strings on decoded text: never emitted, found across deltas."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.onnx.stops import StopMatcher, partial_suffix_length
+
+CASES = [
+    ("no stops", [], ["Hello", " world"], "Hello world", False),
+    ("stop inside one delta", ["END"], ["abcENDxyz"], "abc", True),
+    ("stop split across deltas", ["END"], ["abc E", "N", "Dxyz"], "abc ", True),
+    ("near miss released", ["END"], ["abc EN", "d more"], "abc ENd more", False),
+    ("prefix held until the end", ["END"], ["abc EN"], "abc EN", False),
+    ("earliest of two stops", ["b", "a"], ["xxabxx"], "xx", True),
+    ("stop at the very start", ["\n\n"], ["\n", "\nrest"], "", True),
+    ("empty stop ignored", [""], ["text"], "text", False),
+]
+
+
+@pytest.mark.parametrize(("name", "stops", "deltas", "emitted", "stopped"), CASES, ids=[c[0] for c in CASES])
+def test_stop_matcher(name: str, stops: list[str], deltas: list[str], emitted: str, stopped: bool) -> None:
+    matcher = StopMatcher(stops)
+    out = "".join(matcher.feed(d) for d in deltas) + matcher.flush()
+    assert (out, matcher.stopped) == (emitted, stopped)
+
+
+def test_nothing_after_a_stop() -> None:
+    matcher = StopMatcher(["."])
+    assert matcher.feed("one. two") == "one"
+    assert matcher.feed("three") == ""
+    assert matcher.flush() == ""
+
+
+SUFFIXES = [
+    ("none", "hello", ["<tool_call>"], 0),
+    ("one char", "hello <", ["<tool_call>"], 1),
+    ("several", "hello <tool_", ["<tool_call>"], 6),
+    ("whole needle is not partial", "x<a>", ["<a>"], 0),
+    ("longest of many", "ab", ["b", "abc"], 2),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "needles", "expected"), SUFFIXES, ids=[c[0] for c in SUFFIXES])
+def test_partial_suffix_length(name: str, text: str, needles: list[str], expected: int) -> None:
+    assert partial_suffix_length(text, needles) == expected
