@@ -33,6 +33,15 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     request_timeout: float | None = None  # seconds for a whole request; None = no limit
 
 
+class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Fetching http(s) image URLs that clients send (OpenAI ``image_url``). Off by default."""
+
+    enabled: bool = False
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)  # empty: any public host
+    max_bytes: int = 10 * MiB
+    timeout: float = 10.0
+
+
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -50,6 +59,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cors_origins: list[str] = msgspec.field(default_factory=list)  # empty: CORS off
     shutdown_grace: float = 30.0  # seconds running streams get after SIGTERM
     limits: Limits = Limits()
+    image_fetch: ImageFetch = ImageFetch()
 
 
 # Keys of a model entry that every backend shares; everything else is backend settings.

@@ -12,7 +12,9 @@ from litestar.response import Stream
 
 from adapters import openai
 from adapters.errors import ModelNotFound
+from adapters.openai.remote_images import remote_image_urls, with_fetched_images
 from proxy.chat import collect, encode_stream, start_chat
+from proxy.image_fetch import fetch_as_data_uris
 from proxy.models import ModelTable
 from proxy.record import SCOPE_KEY
 
@@ -40,6 +42,9 @@ async def chat_completions(
     request: Request[Any, Any, Any], data: JSONBody[openai.ChatCompletionRequest], models: NamedDependency[ModelTable]
 ) -> Response[bytes]:
     record = request.scope[SCOPE_KEY]
+    fetch = models.config.server.image_fetch
+    if fetch.enabled and (urls := remote_image_urls(data)):
+        data = with_fetched_images(data, await fetch_as_data_uris(urls, fetch))
     chat = await start_chat(
         models, openai.to_canonical(data), record, authorization=request.headers.get("authorization")
     )

@@ -157,7 +157,7 @@ async def test_too_long_prompt_is_refused_before_any_event(make_backend: Callabl
     try:
         with pytest.raises(ContextTooLong) as info:
             await collect(small.chat(ask("word " * 100, num_predict=4)))
-        assert "the prompt is 136 tokens" in info.value.message and "context length of 64 tokens" in info.value.message
+        assert "the prompt is 131 tokens" in info.value.message and "context length of 64 tokens" in info.value.message
         assert info.value.status == 400
     finally:
         await small.aclose()

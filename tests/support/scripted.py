@@ -51,7 +51,7 @@ class ScriptedBackend:
         self._loaded: set[str] = set()
 
     def capabilities(self, model: str) -> Capabilities:
-        return Capabilities(tools=self.settings.tools, thinking=True, json_schema=True, logprobs=False)
+        return Capabilities(tools=self.settings.tools, vision=True, thinking=True, json_schema=True, logprobs=False)
 
     def details(self, model: str) -> ModelDetails:
         return ModelDetails(format="script", family="scripted", parameter_size="0", size=1)
