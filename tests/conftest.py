@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
+import msgspec
 import pytest
 
+from backends.onnx.prepare import prepare_smollm2
+from backends.registry import settings_type
+from config import load_config
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 SCRIPTED_CONFIG = """\
@@ -27,4 +33,24 @@ aliases:
 def scripted_server() -> Iterator[RunningServer]:
     """dragoman with the test-only scripted backend, for failure paths."""
     with serve(config_from_yaml(SCRIPTED_CONFIG)) as server:
+        yield server
+
+
+TEST_HOME = Path(__file__).resolve().parents[1] / ".dragoman-test-home"
+
+
+@pytest.fixture(scope="session")
+def model_home() -> Path:
+    """The real default model, built once into a git-ignored home and reused."""
+    os.environ["DRAGOMAN_HOME"] = str(TEST_HOME)
+    prepare_smollm2("cpu", home=TEST_HOME, progress=False)
+    return TEST_HOME
+
+
+@pytest.fixture(scope="session")
+def real_server(model_home: Path) -> Iterator[RunningServer]:
+    """The built-in default config (served as `dragoman serve` serves it), plus an alias."""
+    config = load_config(None, settings_type)
+    config = msgspec.structs.replace(config, aliases={**config.aliases, "gpt-4o-mini": "smollm2:135m"})
+    with serve(config) as server:
         yield server

@@ -16,67 +16,27 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 
-from adapters.canonical import (
-    ChatRequest,
-    ErrorEvent,
-    Event,
-    Finish,
-    Logprobs,
-    RoleStart,
-    Timings,
-    Usage,
-)
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Logprobs, RoleStart, Timings, Usage
 from adapters.errors import BackendError, ContextTooLong, RequestError
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.grammar import guidance_for
 from backends.onnx.model_info import ModelFacts, read_model_facts
-from backends.onnx.parsers import CALL_OPEN, THINK_OPEN, OutputParser, ReasoningParser, ToolParser
+from backends.onnx.parsers import CALL_OPEN, THINK_OPEN, OutputParser
 from backends.onnx.prepare import PrepareError, default_model_path, is_prepared, prepare_in_subprocess
 from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
-from backends.onnx.providers import Provider, ProviderChoice, candidate_providers, installed_flavours
+from backends.onnx.providers import Provider, candidate_providers, installed_flavours
 from backends.onnx.sampling import max_new_tokens, plan_sampling
+from backends.onnx.settings import CancelRecord, OnnxSettings
 from backends.onnx.template import load_chat_template, render_chat, special_tokens, supports_thinking
 from backends.onnx.vocab import special_token_contents
 
 log = logging.getLogger("dragoman.onnx")
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-
-
-class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The ``onnx`` backend's keys of a model entry."""
-
-    # Model folder (genai_config.json, model.onnx, tokenizer); unset = the default
-    # SmolLM2-135M-Instruct int4, built on first load when ``prepare`` is true.
-    path: str | None = None
-    provider: ProviderChoice = "auto"
-    provider_options: dict[str, str] = {}
-    threads: PositiveInt | None = None
-    template: str | None = None  # a Jinja chat template overriding the model's
-    tool_parser: ToolParser = "hermes"
-    reasoning_parser: ReasoningParser = "think"
-    max_concurrent: PositiveInt = 4
-    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 16
-    prepare: bool = True
-    parameter_size: str | None = None
-    quantization_level: str | None = None
-
-
-class CancelRecord(msgspec.Struct):
-    """What happened to a request the client abandoned; the worker's confirmation
-    (``worker_tokens``) says how many tokens it generated in all."""
-
-    request_id: int
-    tokens_at_cancel: int
-    worker_tokens: int | None = None
-    late_tokens: int = 0  # tokens already in flight when the cancel was sent
-    tokens_after_confirm: int = 0  # must stay 0: nothing runs after the confirmation
-    confirmed: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
 
 
 class OnnxBackend:
@@ -219,7 +179,9 @@ class OnnxBackend:
 
     def _plan(self, request: ChatRequest, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
         template = self._chat_template()
-        tools_active = bool(request.tools) and request.tool_choice.mode != "none" and self.settings.tool_parser != "none"
+        tools_active = (
+            bool(request.tools) and request.tool_choice.mode != "none" and self.settings.tool_parser != "none"
+        )
         thinking = self.settings.reasoning_parser == "think" and supports_thinking(template)
         prompt = render_chat(
             template,
@@ -317,7 +279,13 @@ class OnnxBackend:
             self._facts = None
             self._template = None
             self._tokens = None
-            log.info("loaded model '%s' on %s (%s) in %.2fs", self.name, ready.provider, ready.device_type, ready.load_ns / 1e9)
+            log.info(
+                "loaded model '%s' on %s (%s) in %.2fs",
+                self.name,
+                ready.provider,
+                ready.device_type,
+                ready.load_ns / 1e9,
+            )
             return time.perf_counter_ns() - began
 
     async def _ensure_model(self) -> Path:
@@ -328,10 +296,13 @@ class OnnxBackend:
         build_provider = self._default_build(model_dir)
         if build_provider is None:
             if not (model_dir / "genai_config.json").is_file():
-                raise BackendError(f"model '{self.name}': {model_dir} holds no genai_config.json (not an ONNX Runtime GenAI model)")
+                raise BackendError(
+                    f"model '{self.name}': {model_dir} holds no genai_config.json (not an ONNX Runtime GenAI model)"
+                )
             return model_dir
         if not self.settings.prepare:
-            raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare (or python -m backends.onnx.prepare {build_provider})")
+            command = f"python -m backends.onnx.prepare {build_provider}"
+            raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare (or {command})")
         try:
             return await prepare_in_subprocess(build_provider, model_dir)
         except PrepareError as exc:

@@ -36,7 +36,9 @@ def forced_tools(request: ChatRequest) -> list[Tool]:
     chosen = [t for t in request.tools if t.name == choice.name]
     if not chosen:
         names = ", ".join(t.name for t in request.tools) or "none"
-        raise RequestError(f"tool_choice names '{choice.name}', which is not among the tools ({names})", param="tool_choice")
+        raise RequestError(
+            f"tool_choice names '{choice.name}', which is not among the tools ({names})", param="tool_choice"
+        )
     return chosen
 
 

@@ -40,7 +40,11 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
 def model_size(model_dir: Path) -> int:
     """Bytes of the files a load reads: the ONNX graphs and their external data."""
     try:
-        files = [f for f in model_dir.iterdir() if f.is_file() and (f.suffix in (".onnx", ".data") or f.name.endswith(".onnx.data"))]
+        files = [
+            f
+            for f in model_dir.iterdir()
+            if f.is_file() and (f.suffix in (".onnx", ".data") or f.name.endswith(".onnx.data"))
+        ]
     except OSError:
         return 0
     return sum(f.stat().st_size for f in files)

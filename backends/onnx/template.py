@@ -104,7 +104,9 @@ def render_chat(
     except TemplateRaised as exc:
         raise RequestError(f"the chat template refused the messages: {exc}", param="messages") from exc
     except Exception as exc:  # a template bug must not be a 500 without a reason
-        raise RequestError(f"the chat template failed to render: {type(exc).__name__}: {exc}", param="messages") from exc
+        raise RequestError(
+            f"the chat template failed to render: {type(exc).__name__}: {exc}", param="messages"
+        ) from exc
 
 
 def tool_spec(tool: Tool) -> dict[str, Any]:
@@ -172,7 +174,9 @@ def _raise_exception(message: str) -> None:
     raise TemplateRaised(message)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

@@ -20,7 +20,9 @@ _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 @cache
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's ``bytes_to_unicode`` inverted: printable stand-in character → byte."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     extra = 0
     for byte in range(256):

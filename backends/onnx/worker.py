@@ -100,7 +100,9 @@ class Worker:
             return
         budget = context if start.max_new_tokens is None else min(context, n + start.max_new_tokens)
         try:
-            generation = Generation(self.og, self.model, tokenizer, start, prompt_ids, budget, self.eos_ids, self.token_bytes)
+            generation = Generation(
+                self.og, self.model, tokenizer, start, prompt_ids, budget, self.eos_ids, self.token_bytes
+            )
         except RuntimeError as exc:  # the library's error for a bad schema or grammar
             self.send(Refused(rid, "invalid", f"invalid constraint: {exc}", prompt_tokens=n, context_length=context))
             return
@@ -164,7 +166,9 @@ def _read_commands(stream: BinaryIO, commands: queue.Queue[Command]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"onnx-worker[{os.getpid()}] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"onnx-worker[{os.getpid()}] %(levelname)s %(message)s"
+    )
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     out = os.fdopen(frames_fd, "wb", buffering=1 << 16)

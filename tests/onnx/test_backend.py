@@ -70,7 +70,11 @@ async def test_greedy_answer_streams_in_order(backend: OnnxBackend) -> None:
     finish = finish_of(events)
     assert finish.reason == "length" and finish.usage.completion_tokens == 16
     assert finish.usage.prompt_tokens == 37
-    assert finish.timings.eval_ns > 0 and finish.timings.prompt_eval_ns > 0 and finish.timings.total_ns >= finish.timings.eval_ns
+    assert (
+        finish.timings.eval_ns > 0
+        and finish.timings.prompt_eval_ns > 0
+        and finish.timings.total_ns >= finish.timings.eval_ns
+    )
 
 
 async def test_same_seed_same_output(backend: OnnxBackend) -> None:
@@ -102,7 +106,9 @@ async def test_json_schema_output_validates(backend: OnnxBackend) -> None:
 
 
 async def test_json_mode_gives_an_object(backend: OnnxBackend) -> None:
-    events = await collect(backend.chat(ask("Describe Paris in JSON.", num_predict=40, response_format=ResponseFormat(type="json"))))
+    events = await collect(
+        backend.chat(ask("Describe Paris in JSON.", num_predict=40, response_format=ResponseFormat(type="json")))
+    )
     text = text_of(events)
     assert text.startswith("{")
     if finish_of(events).reason == "stop":
@@ -110,7 +116,9 @@ async def test_json_mode_gives_an_object(backend: OnnxBackend) -> None:
 
 
 async def test_tool_choice_required_gives_a_valid_call(backend: OnnxBackend) -> None:
-    request = ask("What's the weather in Paris?", num_predict=60, tools=[WEATHER], tool_choice=ToolChoice(mode="required"))
+    request = ask(
+        "What's the weather in Paris?", num_predict=60, tools=[WEATHER], tool_choice=ToolChoice(mode="required")
+    )
     events = await collect(backend.chat(request))
     calls = [e.call for e in events if isinstance(e, ToolCallDone)]
     assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].index == 0 and calls[0].id
@@ -126,7 +134,9 @@ async def test_tool_choice_none_keeps_tools_out(backend: OnnxBackend) -> None:
 
 
 async def test_logprobs_with_top_alternatives(backend: OnnxBackend) -> None:
-    events = await collect(backend.chat(ask("What is the capital of France?", num_predict=6, logprobs=True, top_logprobs=3)))
+    events = await collect(
+        backend.chat(ask("What is the capital of France?", num_predict=6, logprobs=True, top_logprobs=3))
+    )
     tokens = [t for e in events if isinstance(e, Logprobs) for t in e.tokens]
     assert len(tokens) == 6
     for token in tokens:
@@ -225,7 +235,10 @@ async def test_keep_alive_zero_unloads_after_the_request(make_backend: Callable[
         assert finish_of(events).timings.load_ns > 0
         (entry,) = fresh.loaded()
         assert entry.name == MODEL_NAME and entry.size > 80_000_000 and entry.context_length == 1024
-        assert entry.expires_at is not None and 290 < (entry.expires_at - entry.expires_at.now(entry.expires_at.tzinfo)).total_seconds() <= 300
+        assert (
+            entry.expires_at is not None
+            and 290 < (entry.expires_at - entry.expires_at.now(entry.expires_at.tzinfo)).total_seconds() <= 300
+        )
         pid = fresh.worker_pid
         assert pid is not None
         request = ask("Hi", num_predict=2)
@@ -254,7 +267,9 @@ async def test_load_forever_and_unload(make_backend: Callable[..., OnnxBackend])
         await fresh.aclose()
 
 
-async def test_worker_death_is_reported_and_the_next_request_restarts_it(make_backend: Callable[..., OnnxBackend]) -> None:
+async def test_worker_death_is_reported_and_the_next_request_restarts_it(
+    make_backend: Callable[..., OnnxBackend],
+) -> None:
     fragile = make_backend()
     try:
         stream = fragile.chat(ask("Write a long story about a dragon.", num_predict=300))
@@ -271,7 +286,12 @@ async def test_worker_death_is_reported_and_the_next_request_restarts_it(make_ba
 
 async def test_details_and_capabilities(backend: OnnxBackend) -> None:
     details = backend.details(MODEL_NAME)
-    assert (details.format, details.family, details.parameter_size, details.quantization_level) == ("onnx", "llama", "135M", "int4")
+    assert (details.format, details.family, details.parameter_size, details.quantization_level) == (
+        "onnx",
+        "llama",
+        "135M",
+        "int4",
+    )
     assert details.context_length == 1024 and "<|im_start|>" in details.template and details.size > 80_000_000
     caps = backend.capabilities(MODEL_NAME)
     assert (caps.tools, caps.vision, caps.thinking, caps.json_schema, caps.logprobs) == (True, False, False, True, True)

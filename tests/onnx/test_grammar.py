@@ -10,7 +10,9 @@ from adapters.canonical import ChatRequest, Message, ResponseFormat, TextPart, T
 from adapters.errors import RequestError
 from backends.onnx.grammar import guidance_for, response_schema, tool_call_grammar
 
-WEATHER = Tool(name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+WEATHER = Tool(
+    name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+)
 TIME = Tool(name="get_time", description="Has a } brace", parameters={})
 
 
@@ -23,12 +25,21 @@ CASES = [
     ("json mode", request(response_format=ResponseFormat(type="json")), True, ("json_schema", "object")),
     (
         "json schema",
-        request(response_format=ResponseFormat(type="json_schema", schema={"type": "object", "properties": {"a": {"type": "integer"}}})),
+        request(
+            response_format=ResponseFormat(
+                type="json_schema", schema={"type": "object", "properties": {"a": {"type": "integer"}}}
+            )
+        ),
         True,
         ("json_schema", "properties"),
     ),
     ("tools on auto: free text", request(tools=[WEATHER]), True, None),
-    ("required forces a call", request(tools=[WEATHER, TIME], tool_choice=ToolChoice(mode="required")), True, ("lark_grammar", "get_time")),
+    (
+        "required forces a call",
+        request(tools=[WEATHER, TIME], tool_choice=ToolChoice(mode="required")),
+        True,
+        ("lark_grammar", "get_time"),
+    ),
     (
         "named function forces that one",
         request(tools=[WEATHER, TIME], tool_choice=ToolChoice(mode="function", name="get_weather")),
@@ -60,7 +71,9 @@ def test_guidance_for(name: str, req: ChatRequest, tools_active: bool, expected:
 
 
 def test_named_function_grammar_excludes_the_others() -> None:
-    guidance = guidance_for(request(tools=[WEATHER, TIME], tool_choice=ToolChoice(mode="function", name="get_weather")), tools_active=True)
+    guidance = guidance_for(
+        request(tools=[WEATHER, TIME], tool_choice=ToolChoice(mode="function", name="get_weather")), tools_active=True
+    )
     assert guidance is not None and "get_time" not in guidance.data
 
 
@@ -73,7 +86,10 @@ def test_schemas_get_strict_whitespace_without_mutating_the_request() -> None:
     schema = {"type": "object"}
     out = response_schema(ResponseFormat(type="json_schema", schema=schema))
     assert out["x-guidance"] == {"whitespace_flexible": False} and "x-guidance" not in schema
-    assert response_schema(ResponseFormat(type="json")) == {"type": "object", "x-guidance": {"whitespace_flexible": False}}
+    assert response_schema(ResponseFormat(type="json")) == {
+        "type": "object",
+        "x-guidance": {"whitespace_flexible": False},
+    }
 
 
 def test_tool_grammar_embeds_each_call_schema_as_json() -> None:

@@ -55,7 +55,11 @@ async def test_admission_runs_queues_then_refuses() -> None:
     with pytest.raises(Overloaded) as info:
         async with admission.slot("m"):
             pass
-    assert info.value.retry_after == 1 and info.value.status == 503 and "1 requests running and 1 waiting" in str(info.value)
+    assert (
+        info.value.retry_after == 1
+        and info.value.status == 503
+        and "1 requests running and 1 waiting" in str(info.value)
+    )
     release.set()
     await asyncio.gather(first, second)
     assert order == ["first", "second"] and admission.idle

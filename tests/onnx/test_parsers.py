@@ -58,8 +58,10 @@ CASES = [
     ),
     (
         "text then two calls, whitespace between dropped",
-        ['Let me check.\n<tool_call>{"name":"a","arguments":{"x":1}}</tool_call>\n',
-         '<tool_call>{"name":"b","arguments":"{\\"y\\": 2}"}</tool_call>\n'],
+        [
+            'Let me check.\n<tool_call>{"name":"a","arguments":{"x":1}}</tool_call>\n',
+            '<tool_call>{"name":"b","arguments":"{\\"y\\": 2}"}</tool_call>\n',
+        ],
         TOOLS,
         [ContentDelta("Let me check."), call("a", 0, x=1), call("b", 1, y=2)],
     ),
@@ -75,7 +77,7 @@ CASES = [
         TOOLS,
         [call("f", 0, a="b")],
     ),
-    ("unclosed garbage at the end is content", ["<tool_call>{\"na"], TOOLS, [ContentDelta('<tool_call>{"na')]),
+    ("unclosed garbage at the end is content", ['<tool_call>{"na'], TOOLS, [ContentDelta('<tool_call>{"na')]),
     ("a lone '<' is released at the end", ["a <"], TOOLS, [ContentDelta("a <")]),
     ("'<' that is no marker passes", ["x < y and <b>"], TOOLS, [ContentDelta("x < y and <b>")]),
     (
@@ -102,7 +104,9 @@ def test_parser(name: str, deltas: list[str], flags: dict[str, bool], expected: 
 
 
 @pytest.mark.parametrize(("name", "deltas", "flags", "expected"), CASES, ids=[c[0] for c in CASES])
-def test_parser_one_character_at_a_time(name: str, deltas: list[str], flags: dict[str, bool], expected: list[object]) -> None:
+def test_parser_one_character_at_a_time(
+    name: str, deltas: list[str], flags: dict[str, bool], expected: list[object]
+) -> None:
     assert run(list("".join(deltas)), **flags) == expected
 
 
@@ -115,7 +119,9 @@ def test_starts_in_thinking_when_the_prompt_opened_it() -> None:
 
 def test_call_ids_are_unique_by_default() -> None:
     parser = OutputParser(tools=True, thinking=False)
-    events = parser.feed('<tool_call>{"name":"a","arguments":{}}</tool_call><tool_call>{"name":"a","arguments":{}}</tool_call>')
+    events = parser.feed(
+        '<tool_call>{"name":"a","arguments":{}}</tool_call><tool_call>{"name":"a","arguments":{}}</tool_call>'
+    )
     first, second = (e.call for e in events)  # type: ignore[attr-defined]
     assert first.id != second.id and first.id.startswith("call_")
     assert (first.index, second.index) == (0, 1)

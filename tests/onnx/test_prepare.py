@@ -34,7 +34,9 @@ MARKERS = [
 
 
 @pytest.mark.parametrize(("name", "files", "marker", "expected"), MARKERS, ids=[c[0] for c in MARKERS])
-def test_is_prepared(tmp_path: Path, name: str, files: dict[str, bytes], marker: dict[str, object] | None, expected: bool) -> None:
+def test_is_prepared(
+    tmp_path: Path, name: str, files: dict[str, bytes], marker: dict[str, object] | None, expected: bool
+) -> None:
     assert is_prepared(write_build(tmp_path / "m", files, marker)) is expected
 
 

@@ -8,11 +8,11 @@ import pytest
 
 from adapters.canonical import TokenLogprob, TopLogprob
 from backends.onnx.protocol import (
+    HEADER,
     MAX_FRAME,
     Cancel,
     Done,
     Guidance,
-    HEADER,
     Processing,
     Ready,
     Refused,
@@ -27,7 +27,18 @@ from backends.onnx.protocol import (
 )
 
 COMMANDS = [
-    Start(1, "hi", 2048, 16, Search(do_sample=True, temperature=0.5), Processing(min_p=0.1), Guidance("json_schema", "{}"), ["\n"], True, 3),
+    Start(
+        1,
+        "hi",
+        2048,
+        16,
+        Search(do_sample=True, temperature=0.5),
+        Processing(min_p=0.1),
+        Guidance("json_schema", "{}"),
+        ["\n"],
+        True,
+        3,
+    ),
     Cancel(7),
     Shutdown(),
 ]
@@ -59,7 +70,11 @@ def test_frames_follow_each_other_and_end_cleanly() -> None:
 
 @pytest.mark.parametrize(
     ("name", "data"),
-    [("cut header", encode_frame(Cancel(1))[:2]), ("cut body", encode_frame(Cancel(1))[:-1]), ("oversized", HEADER.pack(MAX_FRAME + 1))],
+    [
+        ("cut header", encode_frame(Cancel(1))[:2]),
+        ("cut body", encode_frame(Cancel(1))[:-1]),
+        ("oversized", HEADER.pack(MAX_FRAME + 1)),
+    ],
 )
 def test_broken_frames_raise(name: str, data: bytes) -> None:
     with pytest.raises((EOFError, ValueError)):

@@ -6,35 +6,42 @@ import numpy as np
 import pytest
 
 from adapters.canonical import SamplingOptions
-from backends.onnx.processors import (
-    LogitsProcessor,
-    Mirostat,
-    apply_penalties,
-    log_softmax,
-    min_p_mask,
-    tail_free_mask,
-)
+from backends.onnx.processors import LogitsProcessor, Mirostat, apply_penalties, log_softmax, min_p_mask, tail_free_mask
 from backends.onnx.protocol import Processing, Search
 from backends.onnx.sampling import max_new_tokens, plan_sampling, processing_active
 
 PLANS = [
     ("nothing set is greedy", SamplingOptions(), Search(do_sample=False), Processing()),
-    ("temperature 0 is greedy, top_p ignored", SamplingOptions(temperature=0.0, top_p=0.5), Search(do_sample=False), Processing()),
+    (
+        "temperature 0 is greedy, top_p ignored",
+        SamplingOptions(temperature=0.0, top_p=0.5),
+        Search(do_sample=False),
+        Processing(),
+    ),
     (
         "sampling knobs the library has",
         SamplingOptions(temperature=0.7, top_p=0.9, top_k=40, seed=3, repeat_penalty=1.1),
         Search(do_sample=True, temperature=0.7, top_p=0.9, top_k=40, repetition_penalty=1.1, random_seed=3),
         Processing(temperature=0.7, seed=3),
     ),
-    ("neutral values cost nothing", SamplingOptions(temperature=0.5, min_p=0.0, repeat_penalty=1.0, presence_penalty=0.0, tfs_z=1.0),
-     Search(do_sample=True, temperature=0.5), Processing(temperature=0.5)),
+    (
+        "neutral values cost nothing",
+        SamplingOptions(temperature=0.5, min_p=0.0, repeat_penalty=1.0, presence_penalty=0.0, tfs_z=1.0),
+        Search(do_sample=True, temperature=0.5),
+        Processing(temperature=0.5),
+    ),
     (
         "repeat_last_n moves the repeat penalty into the worker",
         SamplingOptions(repeat_penalty=1.2, repeat_last_n=32),
         Search(do_sample=False),
         Processing(repeat_penalty=1.2, repeat_last_n=32),
     ),
-    ("repeat_last_n 0 disables the penalty", SamplingOptions(repeat_penalty=1.2, repeat_last_n=0), Search(do_sample=False), Processing()),
+    (
+        "repeat_last_n 0 disables the penalty",
+        SamplingOptions(repeat_penalty=1.2, repeat_last_n=0),
+        Search(do_sample=False),
+        Processing(),
+    ),
     (
         "penalties apply even when greedy",
         SamplingOptions(presence_penalty=0.5, frequency_penalty=0.2),

@@ -24,7 +24,11 @@ NATIVE = (
     "{% if m.role == 'tool' %} id={{ m.tool_call_id }} name={{ m.name }}{% endif %}\n{% endfor %}"
     "{% if add_generation_prompt %}[assistant]{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}"
 )
-WEATHER = Tool(name="get_weather", description="Weather of a city", parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+WEATHER = Tool(
+    name="get_weather",
+    description="Weather of a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
 
 
 def user(text: str) -> Message:
@@ -71,8 +75,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "template", "messages", "tools", "think", "expected"), CASES, ids=[c[0] for c in CASES])
-def test_render(name: str, template: str, messages: list[Message], tools: list[Tool] | None, think: bool | None, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "template", "messages", "tools", "think", "expected"), CASES, ids=[c[0] for c in CASES]
+)
+def test_render(
+    name: str, template: str, messages: list[Message], tools: list[Tool] | None, think: bool | None, expected: str
+) -> None:
     assert expected in render_chat(template, messages, tools, enable_thinking=think)
 
 
@@ -81,7 +89,7 @@ def test_hermes_prompt_carries_the_tool_schema_and_keeps_the_system_text() -> No
     assert prompt.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
     tools_json = prompt.split("<tools>\n")[1].split("\n</tools>")[0]
     assert json.loads(tools_json)["function"]["parameters"] == WEATHER.parameters
-    assert "<tool_call>\n{\"name\": <function-name>" in prompt
+    assert '<tool_call>\n{"name": <function-name>' in prompt
 
 
 def test_raise_exception_is_a_request_error() -> None:
@@ -106,11 +114,18 @@ def test_no_template_is_a_clear_error() -> None:
 
 
 LOADS = [
-    ("jinja file wins", {"chat_template.jinja": "FILE", "tokenizer_config.json": '{"chat_template": "CFG"}'}, None, "FILE"),
+    (
+        "jinja file wins",
+        {"chat_template.jinja": "FILE", "tokenizer_config.json": '{"chat_template": "CFG"}'},
+        None,
+        "FILE",
+    ),
     ("tokenizer_config string", {"tokenizer_config.json": '{"chat_template": "CFG"}'}, None, "CFG"),
     (
         "named list picks default",
-        {"tokenizer_config.json": '{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]}'},
+        {
+            "tokenizer_config.json": '{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]}'
+        },
         None,
         "D",
     ),
@@ -120,14 +135,18 @@ LOADS = [
 
 
 @pytest.mark.parametrize(("name", "files", "override", "expected"), LOADS, ids=[c[0] for c in LOADS])
-def test_load_chat_template(tmp_path: Path, name: str, files: dict[str, str], override: str | None, expected: str) -> None:
+def test_load_chat_template(
+    tmp_path: Path, name: str, files: dict[str, str], override: str | None, expected: str
+) -> None:
     for file, text in files.items():
         (tmp_path / file).write_text(text)
     assert load_chat_template(tmp_path, override) == expected
 
 
 def test_special_tokens_accepts_strings_and_objects(tmp_path: Path) -> None:
-    (tmp_path / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": {"content": "</s>"}, "pad_token": null}')
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"bos_token": "<s>", "eos_token": {"content": "</s>"}, "pad_token": null}'
+    )
     assert special_tokens(tmp_path) == {"bos_token": "<s>", "eos_token": "</s>"}
 
 

@@ -18,13 +18,19 @@ def test_byte_level_alphabet_is_a_bijection_over_bytes() -> None:
 TABLES = [
     (
         "byte-level BPE",
-        {"model": {"vocab": {"Ġhello": 0, "Ã©": 1, "Ġ": 2}}, "decoder": {"type": "ByteLevel"},
-         "added_tokens": [{"id": 3, "content": "<|im_end|>", "special": True}]},
+        {
+            "model": {"vocab": {"Ġhello": 0, "Ã©": 1, "Ġ": 2}},
+            "decoder": {"type": "ByteLevel"},
+            "added_tokens": [{"id": 3, "content": "<|im_end|>", "special": True}],
+        },
         {0: b" hello", 1: "é".encode(), 2: b" ", 3: b"<|im_end|>"},
     ),
     (
         "sentencepiece with byte fallback",
-        {"model": {"vocab": {"▁hello": 0, "<0x0A>": 1, "<0xC3>": 2}, "byte_fallback": True}, "decoder": {"type": "Sequence"}},
+        {
+            "model": {"vocab": {"▁hello": 0, "<0x0A>": 1, "<0xC3>": 2}, "byte_fallback": True},
+            "decoder": {"type": "Sequence"},
+        },
         {0: b" hello", 1: b"\n", 2: b"\xc3"},
     ),
     ("unknown spelling", {"model": {"vocab": {"hello": 0}}, "decoder": {"type": "WordPiece"}}, None),

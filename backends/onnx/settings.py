@@ -1,0 +1,44 @@
+"""The ``onnx`` backend's settings (its keys of a model entry) and its records."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import msgspec
+
+from backends.onnx.parsers import ReasoningParser, ToolParser
+from backends.onnx.providers import ProviderChoice
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``onnx`` backend's keys of a model entry."""
+
+    # Model folder (genai_config.json, model.onnx, tokenizer); unset = the default
+    # SmolLM2-135M-Instruct int4, built on first load when ``prepare`` is true.
+    path: str | None = None
+    provider: ProviderChoice = "auto"
+    provider_options: dict[str, str] = {}
+    threads: PositiveInt | None = None
+    template: str | None = None  # a Jinja chat template overriding the model's
+    tool_parser: ToolParser = "hermes"
+    reasoning_parser: ReasoningParser = "think"
+    max_concurrent: PositiveInt = 4
+    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 16
+    prepare: bool = True
+    parameter_size: str | None = None
+    quantization_level: str | None = None
+
+
+class CancelRecord(msgspec.Struct):
+    """What happened to a request the client abandoned; the worker's confirmation
+    (``worker_tokens``) says how many tokens it generated in all."""
+
+    request_id: int
+    tokens_at_cancel: int
+    worker_tokens: int | None = None
+    late_tokens: int = 0  # tokens already in flight when the cancel was sent
+    tokens_after_confirm: int = 0  # must stay 0: nothing runs after the confirmation
+    confirmed: asyncio.Event = msgspec.field(default_factory=asyncio.Event)

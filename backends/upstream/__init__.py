@@ -1,0 +1,11 @@
+"""Backends that forward to other chat servers over HTTP: OpenAI-compatible servers and
+Ollama servers, each model entry on one or several endpoints."""
+
+from __future__ import annotations
+
+from backends.upstream.backend import HttpUpstreamBackend
+from backends.upstream.dialects import OllamaBackend, OpenAIBackend
+from backends.upstream.endpoints import Endpoint, EndpointPool
+from backends.upstream.settings import UpstreamSettings
+
+__all__ = ["Endpoint", "EndpointPool", "HttpUpstreamBackend", "OllamaBackend", "OpenAIBackend", "UpstreamSettings"]

@@ -1,0 +1,234 @@
+"""The part of the upstream backends both dialects share: endpoints, failover, relay.
+
+The upstream is always asked to stream, whatever the client asked: one path, the
+first-byte and idle timeouts mean the same thing for every request, and a
+non-streaming client reply is the aggregate of the same events. A request is retried
+on another endpoint only while nothing has been yielded, so only while nothing can
+have reached the client; after that a failure becomes an ``ErrorEvent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import ClassVar, Protocol
+
+import httpx
+import structlog
+
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Secret
+from adapters.errors import BackendError, BackendTimeout, DragomanError
+from backends.base import Capabilities, LoadedModel, ModelDetails
+from backends.upstream.clients import ClientLease
+from backends.upstream.discovery import ModelCatalog
+from backends.upstream.endpoints import Endpoint, EndpointPool
+from backends.upstream.exchange import (
+    TRANSPORT_ERRORS,
+    Failed,
+    LineSplitter,
+    Reply,
+    describe,
+    get_json_body,
+    next_chunk,
+    open_reply,
+)
+from backends.upstream.settings import UpstreamSettings
+from config import ModelRoute
+
+log = structlog.get_logger("dragoman.upstream")
+
+DISCOVERY_TIMEOUT = 10.0  # seconds; discovery must not hold /api/tags up for long
+
+
+class StreamDecoder(Protocol):
+    def feed(self, line: bytes) -> list[Event]: ...
+
+    def finish(self) -> list[Event]: ...
+
+
+class HttpUpstreamBackend:
+    """Subclasses name the dialect: paths, request encoding, reply decoding."""
+
+    Settings: ClassVar[type[UpstreamSettings]] = UpstreamSettings
+    chat_path: ClassVar[str]
+    models_path: ClassVar[str]
+    kind: ClassVar[str]
+
+    def __init__(self, route: ModelRoute) -> None:
+        self.route = route
+        self.settings: UpstreamSettings = route.settings  # type: ignore[assignment]
+        s = self.settings
+        self.pool = EndpointPool(s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name)
+        self._clients = ClientLease(s.max_connections)
+        # Connect bounded here; every later wait by our own deadlines (exchange.py).
+        self._timeout = httpx.Timeout(connect=s.connect_timeout, read=None, write=s.idle_timeout, pool=None)
+        self._secret = s.secret_key
+        self._headers = {"content-type": "application/json"}
+        if self._secret:
+            self._headers["authorization"] = Secret(f"Bearer {self._secret}")
+        self.catalog = (
+            ModelCatalog(self._fetch_models, ttl=s.discover_ttl, pattern=route.config.name) if s.discover else None
+        )
+
+    # -- dialect hooks ------------------------------------------------------------------
+
+    def encode_request(self, request: ChatRequest, model: str) -> bytes:
+        """The streaming chat body for the upstream, which knows the model as ``model``."""
+        raise NotImplementedError
+
+    def decoder(self) -> StreamDecoder:
+        raise NotImplementedError
+
+    def decode_error(self, status: int, body: bytes) -> DragomanError:
+        raise NotImplementedError
+
+    def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
+        raise NotImplementedError
+
+    # -- Backend protocol -----------------------------------------------------------------
+
+    def capabilities(self, model: str) -> Capabilities:
+        # The upstream decides what it can do and says so in its own error.
+        return Capabilities(tools=True, vision=True, thinking=True, json_schema=True, logprobs=True)
+
+    def details(self, model: str) -> ModelDetails:
+        found = self.catalog.details(self.settings.model or model) if self.catalog else None
+        return found or ModelDetails(format=self.kind, family="remote")
+
+    async def load(self, model: str, keep_alive: float | None) -> None:
+        return None
+
+    async def unload(self, model: str) -> None:
+        return None
+
+    def loaded(self) -> list[LoadedModel]:
+        return []
+
+    async def list_models(self) -> list[str]:
+        """The upstream's own models that this entry routes (``discover: true``)."""
+        return await self.catalog.names() if self.catalog else []
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        s = self.settings
+        total_deadline = loop.time() + s.total_timeout
+        body = self.encode_request(request, s.model or request.model)
+        headers = self._request_headers(request)
+        failures: list[tuple[Endpoint, Failed]] = []
+        attempts = self.pool.order()
+        for endpoint in _with_one_retry(attempts):
+            now = loop.time()
+            if now >= total_deadline:
+                break
+            client = self._clients.client_for(endpoint.url)
+            http_request = client.build_request(
+                "POST", endpoint.url + self.chat_path, content=body, headers=headers, timeout=self._timeout
+            )
+            endpoint.outstanding += 1
+            try:
+                try:
+                    reply = await open_reply(
+                        client,
+                        http_request,
+                        min(now + s.first_byte_timeout, total_deadline),
+                        self._decode_error,
+                        first_byte_timeout=s.first_byte_timeout,
+                    )
+                except Failed as failed:
+                    self.pool.failed(endpoint, failed.reason)
+                    failures.append((endpoint, failed))
+                    if len(attempts) == 1 and (failed.timed_out or failed.error is not None):
+                        break  # the one retry is for broken connections, not slow or failing servers
+                    continue
+                except DragomanError:
+                    self.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
+                    raise
+                self.pool.succeeded(endpoint)
+                async for event in self._relay(endpoint, reply, total_deadline, request.model):
+                    yield event
+                return
+            finally:
+                endpoint.outstanding -= 1
+        raise self._exhausted(request.model, failures)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _request_headers(self, request: ChatRequest) -> dict[str, str]:
+        if self.settings.forward_auth and request.authorization:
+            return {**self._headers, "authorization": request.authorization}
+        return self._headers
+
+    def _decode_error(self, status: int, body: bytes) -> DragomanError:
+        if self._secret:  # some servers quote the key they refused
+            body = body.replace(self._secret.encode(), b"***")
+        return self.decode_error(status, body)
+
+    async def _relay(self, endpoint: Endpoint, reply: Reply, total_deadline: float, model: str) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        idle = self.settings.idle_timeout
+        decoder = self.decoder()
+        splitter = LineSplitter()
+        chunk: bytes | None = reply.first
+        try:
+            while chunk is not None:
+                for line in splitter.lines(chunk):
+                    for event in decoder.feed(line):
+                        yield event
+                deadline = loop.time() + idle
+                if deadline > total_deadline:
+                    deadline = total_deadline
+                try:
+                    chunk = await next_chunk(reply.chunks, deadline)
+                except TimeoutError:
+                    which = "idle_timeout" if deadline < total_deadline else "total_timeout"
+                    reason = f"sent nothing for {idle if which == 'idle_timeout' else self.settings.total_timeout:g}s ({which})"
+                    self.pool.failed(endpoint, reason)
+                    yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=504)
+                    return
+                except TRANSPORT_ERRORS as exc:
+                    reason = f"connection lost mid-reply: {describe(exc)}"
+                    self.pool.failed(endpoint, reason)
+                    yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=502)
+                    return
+            for line in splitter.tail():
+                for event in decoder.feed(line):
+                    yield event
+            for event in decoder.finish():
+                yield event
+        finally:
+            await reply.response.aclose()
+
+    def _exhausted(self, model: str, failures: list[tuple[Endpoint, Failed]]) -> DragomanError:
+        """The error when no endpoint answered: the upstream's own 5xx if one gave one,
+        else 504 if they were all silent, else 502, naming each endpoint and why."""
+        if not failures:
+            return BackendTimeout(f"model '{model}': total_timeout passed before an upstream answered")
+        answered = [f.error for _, f in failures if f.error is not None]
+        if answered:
+            return answered[-1]
+        detail = "; ".join(f"{e.label}: {f.reason}" for e, f in failures)
+        if all(f.timed_out for _, f in failures):
+            return BackendTimeout(f"model '{model}': upstream {detail}")
+        if len(failures) == 1 or len({e.url for e, _ in failures}) == 1:
+            endpoint, failed = failures[-1]
+            return BackendError(f"model '{model}': upstream {endpoint.label} unreachable: {failed.reason}")
+        return BackendError(f"model '{model}': no upstream endpoint answered ({detail})")
+
+    async def _fetch_models(self) -> dict[str, ModelDetails]:
+        endpoint = self.pool.order()[0]
+        headers = {k: v for k, v in self._headers.items() if k != "content-type"}
+        client = self._clients.client_for(endpoint.url)
+        body = await get_json_body(client, endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT)
+        return self.parse_models(body)
+
+
+def _with_one_retry(endpoints: list[Endpoint]) -> list[Endpoint]:
+    """Each endpoint once; a lone endpoint twice, since a pooled connection the server
+    closed at the same moment fails without the server being down."""
+    return endpoints * 2 if len(endpoints) == 1 else endpoints
+
+
+__all__ = ["HttpUpstreamBackend", "StreamDecoder"]

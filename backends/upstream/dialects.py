@@ -1,0 +1,75 @@
+"""The two upstream dialects: an OpenAI-compatible server and an Ollama server.
+
+Same-dialect pass-through goes through the canonical request too: it is validated on
+the way in, the model name is rewritten, and every field the canonical model knows is
+written back as the client sent it. Fields it does not know (``user``, ``metadata``,
+``service_tier``, …) are not forwarded.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import structlog
+
+from adapters import ollama, openai
+from adapters.canonical import ChatRequest
+from adapters.errors import DragomanError
+from backends.base import ModelDetails
+from backends.upstream.backend import HttpUpstreamBackend, StreamDecoder
+from backends.upstream.discovery import parse_ollama_tags, parse_openai_models
+
+log = structlog.get_logger("dragoman.upstream")
+
+
+class OpenAIBackend(HttpUpstreamBackend):
+    """Any OpenAI-compatible server (vLLM, llama-server, hosted APIs); ``base_url``
+    ends where the API's paths begin, usually in ``/v1``."""
+
+    chat_path = "/chat/completions"
+    models_path = "/models"
+    kind = "openai"
+
+    def encode_request(self, request: ChatRequest, model: str) -> bytes:
+        streaming = request if request.stream else msgspec.structs.replace(request, stream=True)
+        body, dropped = openai.to_upstream(streaming, model, extra_options=self.settings.extra_options)
+        if dropped:
+            # Never remapped to a field of another meaning (repeat_penalty is not frequency_penalty).
+            log.info(
+                "sampling options without an OpenAI field were dropped (extra_options: true sends them)",
+                model=request.model,
+                dropped=dropped,
+            )
+        return body
+
+    def decoder(self) -> StreamDecoder:
+        return openai.UpstreamStreamDecoder()
+
+    def decode_error(self, status: int, body: bytes) -> DragomanError:
+        return openai.parse_upstream_error(status, body)
+
+    def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
+        return parse_openai_models(body)
+
+
+class OllamaBackend(HttpUpstreamBackend):
+    """An Ollama server; ``base_url`` is its root (``http://host:11434``)."""
+
+    chat_path = "/api/chat"
+    models_path = "/api/tags"
+    kind = "ollama"
+
+    def encode_request(self, request: ChatRequest, model: str) -> bytes:
+        streaming = request if request.stream else msgspec.structs.replace(request, stream=True)
+        return ollama.to_upstream(streaming, model)
+
+    def decoder(self) -> StreamDecoder:
+        return ollama.UpstreamStreamDecoder()
+
+    def decode_error(self, status: int, body: bytes) -> DragomanError:
+        return ollama.parse_upstream_error(status, body)
+
+    def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
+        return parse_ollama_tags(body)
+
+
+__all__ = ["OllamaBackend", "OpenAIBackend"]
