@@ -112,23 +112,17 @@ class GracefulServer(uvicorn.Server):
 
 
 def _ensure_default_model() -> bool:
-    """The built-in config serves a model built locally; build it on first run when the
-    build tools are installed, otherwise say exactly what to run."""
-    from backends.onnx.prepare import default_model_path, is_prepared
+    """The built-in config serves a model built locally; build it on first run (with
+    progress) when the build tools are installed, otherwise say exactly what to run."""
+    from backends.onnx.prepare import PrepareError, default_model_path, is_prepared, prepare_smollm2
 
     if is_prepared(default_model_path("cpu")):
         return True
+    print("dragoman: the default model smollm2:135m is not built yet; building it now (once)", file=sys.stderr)
     try:
-        from backends.onnx.prepare import prepare_smollm2
-
         prepare_smollm2("cpu")
-    except ImportError as exc:
-        print(
-            f"dragoman: the default model is not built yet and the build tools are missing ({exc}).\n"
-            "  install them:   pip install 'dragoman[cpu,prepare]'\n"
-            "  then build it:  dragoman models prepare smollm2",
-            file=sys.stderr,
-        )
+    except PrepareError as exc:
+        print(f"dragoman: {exc}\n  then build it with: dragoman models prepare smollm2", file=sys.stderr)
         return False
     return True
 
@@ -152,15 +146,12 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _models_prepare(args: argparse.Namespace) -> int:
-    try:
-        from backends.onnx.prepare import prepare_smollm2
-    except ImportError as exc:  # pragma: no cover - the module itself has no heavy imports
-        print(f"dragoman: cannot prepare models: {exc}", file=sys.stderr)
-        return 1
+    from backends.onnx.prepare import PrepareError, prepare_smollm2
+
     try:
         path = prepare_smollm2(args.provider)
-    except ImportError as exc:
-        print(f"dragoman: {exc}\n  install the build tools: pip install 'dragoman[prepare]'", file=sys.stderr)
+    except PrepareError as exc:
+        print(f"dragoman: {exc}", file=sys.stderr)
         return 1
     print(path)
     return 0

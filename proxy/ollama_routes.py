@@ -18,6 +18,7 @@ from backends.base import Backend, LoadedModel, ModelDetails
 from config import ModelRoute
 from proxy.chat import collect, encode_stream, start_chat
 from proxy.models import ModelTable
+from proxy.openapi_responses import OLLAMA_CHAT, OLLAMA_SHOW
 from proxy.record import SCOPE_KEY
 from proxy.version import OLLAMA_API_VERSION, __version__
 
@@ -81,7 +82,7 @@ class VersionResponse(msgspec.Struct):
     dragoman: str
 
 
-@post("/api/chat", status_code=200, summary="Generate a chat completion", tags=["Ollama"])
+@post("/api/chat", status_code=200, summary="Generate a chat completion", tags=["Ollama"], responses=OLLAMA_CHAT)
 async def chat(request: Request[Any, Any, Any], data: JSONBody[ollama.ChatRequest], models: NamedDependency[ModelTable]) -> Response[bytes]:
     record = request.scope[SCOPE_KEY]
     canonical = ollama.to_canonical(data)
@@ -113,7 +114,7 @@ async def tags(models: NamedDependency[ModelTable]) -> TagList:
     return TagList(models=[_tag(name, route, backend, models.started) for name, route, backend in listed])
 
 
-@post("/api/show", status_code=200, summary="Show model details", tags=["Ollama"])
+@post("/api/show", status_code=200, summary="Show model details", tags=["Ollama"], responses=OLLAMA_SHOW)
 async def show(data: JSONBody[ShowRequest], models: NamedDependency[ModelTable]) -> ShowResponse:
     name = data.model or data.name
     if not name:

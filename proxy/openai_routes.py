@@ -16,6 +16,7 @@ from adapters.openai.remote_images import remote_image_urls, with_fetched_images
 from proxy.chat import collect, encode_stream, start_chat
 from proxy.image_fetch import fetch_as_data_uris
 from proxy.models import ModelTable
+from proxy.openapi_responses import OPENAI_CHAT, OPENAI_MODEL
 from proxy.record import SCOPE_KEY
 
 
@@ -37,6 +38,7 @@ class ModelList(msgspec.Struct):
     summary="Create chat completion",
     description="OpenAI Chat Completions: JSON, or SSE when `stream` is true.",
     tags=["OpenAI"],
+    responses=OPENAI_CHAT,
 )
 async def chat_completions(
     request: Request[Any, Any, Any], data: JSONBody[openai.ChatCompletionRequest], models: NamedDependency[ModelTable]
@@ -63,7 +65,7 @@ async def list_models(models: NamedDependency[ModelTable]) -> ModelList:
     return ModelList(data=[ModelCard(id=name, created=created, owned_by=route.config.backend) for name, route, _ in names])
 
 
-@get("/models/{model:path}", summary="Retrieve a model", tags=["OpenAI"])
+@get("/models/{model:path}", summary="Retrieve a model", tags=["OpenAI"], responses=OPENAI_MODEL)
 async def retrieve_model(model: FromPath[str], models: NamedDependency[ModelTable]) -> ModelCard:
     name = model.lstrip("/")
     route, _ = models.lookup(name)  # raises 404 for unknown names

@@ -8,6 +8,7 @@ complete. ``created_at`` is the real time of each object, with nanoseconds, as G
 from __future__ import annotations
 
 import functools
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -39,6 +40,9 @@ from adapters.ollama.convert import wire_tool_call
 
 _encoder = msgspec.json.Encoder()
 _ASSISTANT_EMPTY = wire.ResponseMessage(role="assistant", content="")
+# A token the model rules out has logprob -inf; JSON cannot say so, and the null msgspec
+# would write fails ollama-python's validation. OpenAI's stand-in is used instead.
+IMPOSSIBLE_LOGPROB = -9999.0
 # Ollama has no "tool_calls" done_reason: a reply with calls simply stops.
 _DONE_REASON: dict[FinishReason, str] = {
     "stop": "stop",
@@ -172,13 +176,17 @@ def wire_logprobs(tokens: list[TokenLogprob]) -> list[wire.Logprob]:
     return [
         wire.Logprob(
             token=t.token,
-            logprob=t.logprob,
+            logprob=_finite(t.logprob),
             bytes=t.bytes,
-            top_logprobs=[wire.TokenLogprob(token=a.token, logprob=a.logprob, bytes=a.bytes) for a in t.top_logprobs]
+            top_logprobs=[wire.TokenLogprob(token=a.token, logprob=_finite(a.logprob), bytes=a.bytes) for a in t.top_logprobs]
             or None,
         )
         for t in tokens
     ]
+
+
+def _finite(logprob: float) -> float:
+    return logprob if math.isfinite(logprob) else IMPOSSIBLE_LOGPROB
 
 
 def _encode_line(value: msgspec.Struct) -> bytes:

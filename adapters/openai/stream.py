@@ -8,6 +8,7 @@ asked) and ends with ``data: [DONE]``. All chunks of a response share one id and
 
 from __future__ import annotations
 
+import math
 import time
 
 import msgspec
@@ -34,6 +35,9 @@ from adapters.openai.ids import SYSTEM_FINGERPRINT, new_call_id, new_completion_
 
 SSE_MEDIA_TYPE = "text/event-stream"
 DONE_FRAME = b"data: [DONE]\n\n"
+# What OpenAI sends for a token the model rules out: JSON has no -Infinity, and the
+# null msgspec would write breaks clients that type logprob as a number.
+IMPOSSIBLE_LOGPROB = -9999.0
 
 _encoder = msgspec.json.Encoder()
 _EMPTY_DELTA = wire.ChatCompletionDelta()
@@ -213,13 +217,18 @@ def _logprobs(tokens: list[canonical.TokenLogprob]) -> wire.ChoiceLogprobs:
 def _logprob(token: canonical.TokenLogprob) -> wire.Logprob:
     return wire.Logprob(
         token=token.token,
-        logprob=token.logprob,
+        logprob=finite_logprob(token.logprob),
         bytes=_token_bytes(token.token, token.bytes),
         top_logprobs=[
-            wire.TopLogprob(token=top.token, logprob=top.logprob, bytes=_token_bytes(top.token, top.bytes))
+            wire.TopLogprob(token=top.token, logprob=finite_logprob(top.logprob), bytes=_token_bytes(top.token, top.bytes))
             for top in token.top_logprobs
         ],
     )
+
+
+def finite_logprob(logprob: float) -> float:
+    """``logprob``, or :data:`IMPOSSIBLE_LOGPROB` for -inf (and NaN) from a masked token."""
+    return logprob if math.isfinite(logprob) else IMPOSSIBLE_LOGPROB
 
 
 def _token_bytes(token: str, known: list[int] | None) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime as dt
 import itertools
 import logging
@@ -133,8 +134,11 @@ class OnnxBackend:
             self._cancel_expiry()
             try:
                 load_ns = await self._ensure_worker()
-                async for event in self._generate(request, began, load_ns):
-                    yield event
+                # Closed explicitly: a client leaving must cancel the generation now,
+                # not whenever the garbage collector finalizes the inner generator.
+                async with contextlib.aclosing(self._generate(request, began, load_ns)) as events:
+                    async for event in events:
+                        yield event
             finally:
                 if self.admission.active == 1 and self.admission.waiting == 0:
                     self._schedule_expiry(lifecycle.keep_alive_for(request.keep_alive, self.route.keep_alive))
@@ -143,13 +147,15 @@ class OnnxBackend:
         worker = self._worker
         assert worker is not None and worker.ready is not None
         start, parser = self._plan(request, next(self._ids), worker.ready.context_length)
-        reports = worker.listen(start.request_id)
+        reports: asyncio.Queue[Report | WorkerGone] = worker.listen(start.request_id)
         tokens_seen = 0
         finished = False
         try:
             worker.send(start)
             first = await reports.get()
-            self._raise_if_refused(first, request)
+            if not isinstance(first, Started):
+                finished = True  # refused or failed: nothing runs that needs cancelling
+                self._raise_refusal(first, request)
             self.counters["started"] += 1
             yield RoleStart()
             while True:
@@ -174,8 +180,9 @@ class OnnxBackend:
                     return
         finally:
             worker.forget(start.request_id)
-            if not finished:
-                self._cancel(worker, start.request_id, tokens_seen)
+            pending = None if finished else _drain_tokens(reports)
+            if pending is not None:
+                self._cancel(worker, start.request_id, tokens_seen + pending)
 
     def _plan(self, request: ChatRequest, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
         template = self._chat_template()
@@ -213,9 +220,7 @@ class OnnxBackend:
         )
         return start, parser
 
-    def _raise_if_refused(self, first: Report | WorkerGone, request: ChatRequest) -> None:
-        if isinstance(first, Started):
-            return
+    def _raise_refusal(self, first: Report | WorkerGone, request: ChatRequest) -> None:
         if isinstance(first, Refused):
             if first.kind == "context":
                 raise ContextTooLong(first.message, param="messages")
@@ -238,10 +243,11 @@ class OnnxBackend:
             ),
         )
 
-    def _cancel(self, worker: WorkerClient, request_id: int, tokens_seen: int) -> None:
+    def _cancel(self, worker: WorkerClient, request_id: int, tokens_received: int) -> None:
+        """``tokens_received``: what the worker had reported when the client left."""
         worker.send(Cancel(request_id))
         self.counters["cancelled"] += 1
-        self.cancellations[request_id] = CancelRecord(request_id, tokens_at_cancel=tokens_seen)
+        self.cancellations[request_id] = CancelRecord(request_id, tokens_at_cancel=tokens_received)
         while len(self.cancellations) > 100:
             self.cancellations.popitem(last=False)
 
@@ -382,6 +388,19 @@ class OnnxBackend:
         await asyncio.sleep(0)  # let the finishing request leave its slot
         if self.admission.idle:
             await self.unload()
+
+
+def _drain_tokens(reports: asyncio.Queue[Report | WorkerGone]) -> int | None:
+    """Tokens reported but not yet consumed; None when the reports already hold the
+    request's end (it finished or failed on its own)."""
+    count = 0
+    while not reports.empty():
+        report = reports.get_nowait()
+        if isinstance(report, Tokens):
+            count += len(report.token_ids)
+        elif not isinstance(report, Started):
+            return None
+    return count
 
 
 def _error_event(report: Report | WorkerGone) -> ErrorEvent:

@@ -83,7 +83,7 @@ class WorkerClient:
             raise BackendError(f"the model worker for '{self.name}' did not load within {timeout:.0f}s") from exc
         if isinstance(first, LoadFailed):
             await self.stop()
-            raise BackendError(f"could not load model '{self.name}': {first.message}")
+            raise BackendError(f"could not load model '{self.name}' from {self.config.model_path}: {first.message}")
         if not isinstance(first, Ready):
             await self.stop()
             raise BackendError(f"the model worker for '{self.name}' sent {type(first).__name__} before Ready")

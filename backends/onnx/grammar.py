@@ -4,7 +4,8 @@ forced tool calls.
 ``response_format`` json → the JSON schema ``{"type": "object"}`` (the library refuses
 empty data); json_schema → the client's schema. ``tool_choice`` required or a named
 function → a lark grammar that admits exactly one ``<tool_call>`` whose JSON names an
-allowed tool and whose arguments match that tool's parameters schema. Schemas get
+allowed tool and whose arguments match that tool's parameters schema (no keys beyond
+its ``properties`` unless the schema allows them explicitly). Schemas get
 ``whitespace_flexible: false`` so weak models cannot loop on whitespace.
 """
 
@@ -62,6 +63,10 @@ def _call_schema(tool: Tool) -> dict[str, Any]:
     parameters = dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
     parameters.pop("x-guidance", None)
     parameters.pop("$schema", None)
+    # Unlisted arguments are never valid in a call, and without this bound a weak
+    # model invents keys forever.
+    if "properties" in parameters:
+        parameters.setdefault("additionalProperties", False)
     return {
         "type": "object",
         "properties": {"name": {"const": tool.name}, "arguments": parameters},

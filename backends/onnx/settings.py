@@ -34,11 +34,12 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class CancelRecord(msgspec.Struct):
     """What happened to a request the client abandoned; the worker's confirmation
-    (``worker_tokens``) says how many tokens it generated in all."""
+    (``worker_tokens``) says how many tokens it generated in all, which is
+    ``tokens_at_cancel + late_tokens``."""
 
     request_id: int
-    tokens_at_cancel: int
+    tokens_at_cancel: int  # reported by the worker (consumed or queued) at the cancel
     worker_tokens: int | None = None
-    late_tokens: int = 0  # tokens already in flight when the cancel was sent
+    late_tokens: int = 0  # generated between the cancel being sent and obeyed
     tokens_after_confirm: int = 0  # must stay 0: nothing runs after the confirmation
     confirmed: asyncio.Event = msgspec.field(default_factory=asyncio.Event)

@@ -70,7 +70,7 @@ class Worker:
                 if isinstance(command, Shutdown):
                     return
                 if isinstance(command, Start):
-                    self._start(command)
+                    self._start_safely(command)
                 elif isinstance(command, Cancel):
                     self._cancel(command.request_id)
             for generation in list(self.active.values()):
@@ -87,6 +87,14 @@ class Worker:
                 commands.append(self.commands.get_nowait())
             except queue.Empty:
                 return commands
+
+    def _start_safely(self, start: Start) -> None:
+        try:
+            self._start(start)
+        except Exception as exc:  # one bad request must not take the model down
+            log.exception("request %s could not start", start.request_id)
+            self.active.pop(start.request_id, None)
+            self.send(Failed(start.request_id, f"could not start: {type(exc).__name__}: {exc}"))
 
     def _start(self, start: Start) -> None:
         rid = start.request_id

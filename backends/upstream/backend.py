@@ -1,10 +1,10 @@
 """The part of the upstream backends both dialects share: endpoints, failover, relay.
 
-The upstream is always asked to stream, whatever the client asked: one path, the
-first-byte and idle timeouts mean the same thing for every request, and a
-non-streaming client reply is the aggregate of the same events. A request is retried
-on another endpoint only while nothing has been yielded, so only while nothing can
-have reached the client; after that a failure becomes an ``ErrorEvent``.
+The upstream is asked to stream when the client asked to: a whole reply is one JSON
+body to parse instead of a chunk per token, which is most of the cost of a proxied
+non-streaming request. A request is retried on another endpoint only while nothing
+has been yielded, so only while nothing can have reached the client (a whole reply
+is read completely before its first event); after that a failure is an ``ErrorEvent``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from backends.upstream.exchange import (
     get_json_body,
     next_chunk,
     open_reply,
+    read_rest,
 )
 from backends.upstream.settings import UpstreamSettings
 from config import ModelRoute
@@ -66,6 +67,8 @@ class HttpUpstreamBackend:
         self._headers = {"content-type": "application/json"}
         if self._secret:
             self._headers["authorization"] = Secret(f"Bearer {self._secret}")
+        self._first_byte_silence = f"{s.first_byte_timeout:g}s (first_byte_timeout)"
+        self._total_silence = f"{s.total_timeout:g}s (total_timeout)"
         self.catalog = (
             ModelCatalog(self._fetch_models, ttl=s.discover_ttl, pattern=route.config.name) if s.discover else None
         )
@@ -80,6 +83,10 @@ class HttpUpstreamBackend:
         raise NotImplementedError
 
     def decode_error(self, status: int, body: bytes) -> DragomanError:
+        raise NotImplementedError
+
+    def parse_response(self, body: bytes) -> list[Event]:
+        """A whole (non-streaming) reply as the events a stream would have carried."""
         raise NotImplementedError
 
     def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
@@ -127,28 +134,33 @@ class HttpUpstreamBackend:
             http_request = client.build_request(
                 "POST", endpoint.url + self.chat_path, content=body, headers=headers, timeout=self._timeout
             )
+            # A whole reply is sent when it is done: only total_timeout bounds the wait.
+            if request.stream:
+                deadline, silence = min(now + s.first_byte_timeout, total_deadline), self._first_byte_silence
+            else:
+                deadline, silence = total_deadline, self._total_silence
             endpoint.outstanding += 1
             try:
                 try:
-                    reply = await open_reply(
-                        client,
-                        http_request,
-                        min(now + s.first_byte_timeout, total_deadline),
-                        self._decode_error,
-                        first_byte_timeout=s.first_byte_timeout,
-                    )
+                    reply = await open_reply(client, http_request, deadline, self._decode_error, silence=silence)
+                    self.pool.succeeded(endpoint)
+                    if not request.stream:
+                        events = await self._whole(reply, total_deadline)
                 except Failed as failed:
                     self.pool.failed(endpoint, failed.reason)
                     failures.append((endpoint, failed))
-                    if len(attempts) == 1 and (failed.timed_out or failed.error is not None):
+                    if len(attempts) == 1 and (failed.timed_out or failed.responded):
                         break  # the one retry is for broken connections, not slow or failing servers
                     continue
                 except DragomanError:
                     self.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
                     raise
-                self.pool.succeeded(endpoint)
-                async for event in self._relay(endpoint, reply, total_deadline, request.model):
-                    yield event
+                if request.stream:
+                    async for event in self._relay(endpoint, reply, total_deadline, request.model):
+                        yield event
+                else:
+                    for event in events:
+                        yield event
                 return
             finally:
                 endpoint.outstanding -= 1
@@ -165,6 +177,20 @@ class HttpUpstreamBackend:
         if self._secret:  # some servers quote the key they refused
             body = body.replace(self._secret.encode(), b"***")
         return self.decode_error(status, body)
+
+    async def _whole(self, reply: Reply, total_deadline: float) -> list[Event]:
+        """The events of a whole reply. Servers that stream although asked not to are
+        read as the stream they sent."""
+        try:
+            body = await read_rest(reply, self.settings.idle_timeout, total_deadline)
+        finally:
+            await reply.response.aclose()
+        content_type = reply.response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type and "ndjson" not in content_type:
+            return self.parse_response(body)
+        decoder = self.decoder()
+        events = [event for line in body.split(b"\n") for event in decoder.feed(line)]
+        return events + decoder.finish()
 
     async def _relay(self, endpoint: Endpoint, reply: Reply, total_deadline: float, model: str) -> AsyncIterator[Event]:
         loop = asyncio.get_running_loop()
@@ -212,9 +238,10 @@ class HttpUpstreamBackend:
         detail = "; ".join(f"{e.label}: {f.reason}" for e, f in failures)
         if all(f.timed_out for _, f in failures):
             return BackendTimeout(f"model '{model}': upstream {detail}")
-        if len(failures) == 1 or len({e.url for e, _ in failures}) == 1:
+        if len({e.url for e, _ in failures}) == 1:
             endpoint, failed = failures[-1]
-            return BackendError(f"model '{model}': upstream {endpoint.label} unreachable: {failed.reason}")
+            verb = "failed" if failed.responded else "unreachable"
+            return BackendError(f"model '{model}': upstream {endpoint.label} {verb}: {failed.reason}")
         return BackendError(f"model '{model}': no upstream endpoint answered ({detail})")
 
     async def _fetch_models(self) -> dict[str, ModelDetails]:

@@ -8,11 +8,10 @@ written back as the client sent it. Fields it does not know (``user``, ``metadat
 
 from __future__ import annotations
 
-import msgspec
 import structlog
 
 from adapters import ollama, openai
-from adapters.canonical import ChatRequest
+from adapters.canonical import ChatRequest, Event
 from adapters.errors import DragomanError
 from backends.base import ModelDetails
 from backends.upstream.backend import HttpUpstreamBackend, StreamDecoder
@@ -30,8 +29,7 @@ class OpenAIBackend(HttpUpstreamBackend):
     kind = "openai"
 
     def encode_request(self, request: ChatRequest, model: str) -> bytes:
-        streaming = request if request.stream else msgspec.structs.replace(request, stream=True)
-        body, dropped = openai.to_upstream(streaming, model, extra_options=self.settings.extra_options)
+        body, dropped = openai.to_upstream(request, model, extra_options=self.settings.extra_options)
         if dropped:
             # Never remapped to a field of another meaning (repeat_penalty is not frequency_penalty).
             log.info(
@@ -47,6 +45,9 @@ class OpenAIBackend(HttpUpstreamBackend):
     def decode_error(self, status: int, body: bytes) -> DragomanError:
         return openai.parse_upstream_error(status, body)
 
+    def parse_response(self, body: bytes) -> list[Event]:
+        return openai.parse_upstream_response(body)
+
     def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
         return parse_openai_models(body)
 
@@ -59,14 +60,16 @@ class OllamaBackend(HttpUpstreamBackend):
     kind = "ollama"
 
     def encode_request(self, request: ChatRequest, model: str) -> bytes:
-        streaming = request if request.stream else msgspec.structs.replace(request, stream=True)
-        return ollama.to_upstream(streaming, model)
+        return ollama.to_upstream(request, model)
 
     def decoder(self) -> StreamDecoder:
         return ollama.UpstreamStreamDecoder()
 
     def decode_error(self, status: int, body: bytes) -> DragomanError:
         return ollama.parse_upstream_error(status, body)
+
+    def parse_response(self, body: bytes) -> list[Event]:
+        return ollama.parse_upstream_response(body)
 
     def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
         return parse_ollama_tags(body)

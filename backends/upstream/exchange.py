@@ -33,11 +33,14 @@ class Failed(Exception):
     gets if no endpoint does better; ``timed_out`` marks a first-byte timeout.
     """
 
-    def __init__(self, reason: str, *, error: DragomanError | None = None, timed_out: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, error: DragomanError | None = None, timed_out: bool = False, responded: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.error = error
         self.timed_out = timed_out
+        self.responded = responded  # a status line came: the server is up
 
 
 class Reply:
@@ -57,11 +60,12 @@ async def open_reply(
     deadline: float,
     decode_error: ErrorDecoder,
     *,
-    first_byte_timeout: float,
+    silence: str,
 ) -> Reply:
     """Send ``request`` and wait, until ``deadline``, for a 2xx status and the first body
     bytes. Raises :class:`Failed` for what another endpoint might not do (no connection,
-    5xx, silence, a close before any byte) and the upstream's error for a 4xx."""
+    5xx, silence, a close before any byte) and the upstream's error for a 4xx.
+    ``silence`` says which timeout the deadline came from, for the message."""
     try:
         async with asyncio.timeout_at(deadline):
             response = await client.send(request, stream=True)
@@ -74,13 +78,32 @@ async def open_reply(
                 await response.aclose()
                 raise
     except TimeoutError:
-        raise Failed(f"sent nothing within {first_byte_timeout:g}s (first_byte_timeout)", timed_out=True) from None
+        raise Failed(f"sent nothing within {silence}", timed_out=True) from None
     except TRANSPORT_ERRORS as exc:
         raise Failed(describe(exc)) from exc
     if not first:
         await response.aclose()
-        raise Failed("closed the reply before sending a byte")
+        raise Failed("closed the reply before sending a byte", responded=True)
     return Reply(response, chunks, first)
+
+
+async def read_rest(reply: Reply, idle_timeout: float, total_deadline: float) -> bytes:
+    """The rest of a whole (non-streaming) reply body; :class:`Failed` if it stalls or
+    breaks, since nothing of it can have reached the client yet."""
+    loop = asyncio.get_running_loop()
+    pieces = [reply.first]
+    while True:
+        deadline = min(loop.time() + idle_timeout, total_deadline)
+        try:
+            chunk = await next_chunk(reply.chunks, deadline)
+        except TimeoutError:
+            which = "idle_timeout" if deadline < total_deadline else "total_timeout"
+            raise Failed(f"stopped sending mid-reply ({which})", timed_out=True, responded=True) from None
+        except TRANSPORT_ERRORS as exc:
+            raise Failed(f"connection lost mid-reply: {describe(exc)}", responded=True) from exc
+        if chunk is None:
+            return b"".join(pieces)
+        pieces.append(chunk)
 
 
 async def next_chunk(chunks: AsyncIterator[bytes], deadline: float) -> bytes | None:
@@ -112,7 +135,7 @@ def _status_error(response: httpx.Response, body: bytes, decode_error: ErrorDeco
     error = decode_error(status, body)
     error.retry_after = retry_after(response.headers.get("retry-after"))
     if status >= 500:
-        return Failed(f"HTTP {status}: {error.message}", error=error)
+        return Failed(f"HTTP {status}: {error.message}", error=error, responded=True)
     return error
 
 
@@ -180,5 +203,6 @@ __all__ = [
     "get_json_body",
     "next_chunk",
     "open_reply",
+    "read_rest",
     "retry_after",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ MODEL_NAME = "smollm2:135m"
 
 @pytest.fixture(scope="session")
 def model_home() -> Path:
-    os.environ["DRAGOMAN_HOME"] = str(TEST_HOME)
     prepare_smollm2("cpu", home=TEST_HOME, progress=False)
     return TEST_HOME
 
@@ -36,7 +34,7 @@ def make_backend(model_dir: Path) -> Callable[..., OnnxBackend]:
     def make(*, keep_alive: float = -1, context_length: int | None = 1024, **settings: Any) -> OnnxBackend:
         route = ModelRoute(
             config=ModelConfig(name=MODEL_NAME, backend="onnx", context_length=context_length),
-            settings=OnnxBackend.Settings(path=str(model_dir), provider="cpu", **settings),
+            settings=OnnxBackend.Settings(**{"path": str(model_dir), "provider": "cpu", **settings}),
             keep_alive=keep_alive,
         )
         return OnnxBackend(route)

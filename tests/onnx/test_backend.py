@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jsonschema
 import msgspec
@@ -22,9 +23,11 @@ from adapters.canonical import (
     ToolCallDone,
     ToolChoice,
 )
-from adapters.errors import ContextTooLong, Overloaded, RequestError
+from adapters.errors import BackendError, ContextTooLong, Overloaded, RequestError
 from backends.base import Backend
 from backends.onnx import OnnxBackend
+from backends.onnx.prepare import prepare_in_subprocess
+from config.schema import ModelConfig, ModelRoute
 from tests.onnx.conftest import MODEL_NAME, ask, collect
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -175,9 +178,11 @@ async def test_too_long_prompt_is_refused_before_any_event(make_backend: Callabl
 
 async def test_invalid_schema_is_a_request_error(backend: OnnxBackend) -> None:
     request = ask("Hi", num_predict=4, response_format=ResponseFormat(type="json_schema", schema={"type": "nonsense"}))
+    cancelled = backend.counters["cancelled"]
     with pytest.raises(RequestError) as info:
         await collect(backend.chat(request))
-    assert info.value.param == "response_format"
+    assert info.value.param == "response_format" and "invalid constraint" in info.value.message
+    assert backend.counters["cancelled"] == cancelled  # a refusal is not a cancellation
 
 
 async def test_cancellation_stops_generation(backend: OnnxBackend) -> None:
@@ -191,13 +196,35 @@ async def test_cancellation_stops_generation(backend: OnnxBackend) -> None:
     await stream.aclose()
     record = next(reversed(backend.cancellations.values()))
     await asyncio.wait_for(record.confirmed.wait(), 5)
-    assert record.worker_tokens is not None
+    assert record.worker_tokens == record.tokens_at_cancel + record.late_tokens
     # The worker stopped within a few tokens of the cancel, not at 400.
-    assert record.worker_tokens <= record.tokens_at_cancel + 3
+    assert record.late_tokens <= 4 and record.worker_tokens < 100
+    assert backend.counters["cancelled"] >= 1
     await asyncio.sleep(0.3)
     assert record.tokens_after_confirm == 0
     # And it still serves.
     assert "Paris" in text_of(await collect(backend.chat(ask("What is the capital of France?", num_predict=8))))
+
+
+async def test_a_cancelled_consumer_task_cancels_the_generation(backend: OnnxBackend) -> None:
+    """What a web framework does when the client disconnects: cancel the task."""
+    first_token = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in backend.chat(ask("Write a long story about a dragon.", num_predict=400)):
+            if isinstance(event, ContentDelta):
+                first_token.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first_token.wait(), 10)
+    before = set(backend.cancellations)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (new,) = set(backend.cancellations) - before
+    record = backend.cancellations[new]
+    await asyncio.wait_for(record.confirmed.wait(), 5)
+    assert record.late_tokens <= 4 and record.worker_tokens is not None and record.worker_tokens < 100
 
 
 async def test_concurrent_chats_interleave(backend: OnnxBackend) -> None:
@@ -244,13 +271,15 @@ async def test_keep_alive_zero_unloads_after_the_request(make_backend: Callable[
         request = ask("Hi", num_predict=2)
         request.keep_alive = 0
         await collect(fresh.chat(request))
-        for _ in range(50):
-            if not fresh.loaded():
+        for _ in range(100):  # unloaded and the process gone (reaped) soon after
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
                 break
             await asyncio.sleep(0.1)
-        assert fresh.loaded() == []
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+        else:
+            pytest.fail(f"worker {pid} still runs after keep_alive 0")
+        assert fresh.loaded() == [] and fresh.worker_pid is None
     finally:
         await fresh.aclose()
 
@@ -295,3 +324,51 @@ async def test_details_and_capabilities(backend: OnnxBackend) -> None:
     assert details.context_length == 1024 and "<|im_start|>" in details.template and details.size > 80_000_000
     caps = backend.capabilities(MODEL_NAME)
     assert (caps.tools, caps.vision, caps.thinking, caps.json_schema, caps.logprobs) == (True, False, False, True, True)
+
+
+async def test_unset_path_serves_the_prepared_default_model(model_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRAGOMAN_HOME", str(model_home))
+    default = OnnxBackend(
+        ModelRoute(
+            config=ModelConfig(name=MODEL_NAME, backend="onnx"),
+            settings=OnnxBackend.Settings(provider="cpu", prepare=False),
+            keep_alive=-1,
+        )
+    )
+    try:
+        events = await collect(default.chat(ask("What is the capital of France?", num_predict=8)))
+        assert "Paris" in text_of(events)
+        assert default.details(MODEL_NAME).context_length == 8192  # the model's own
+    finally:
+        await default.aclose()
+
+
+async def test_missing_default_model_without_prepare_names_the_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DRAGOMAN_HOME", str(tmp_path))
+    route = ModelRoute(
+        config=ModelConfig(name=MODEL_NAME, backend="onnx"),
+        settings=OnnxBackend.Settings(provider="cpu", prepare=False),
+        keep_alive=-1,
+    )
+    with pytest.raises(BackendError, match="not built yet; run: dragoman models prepare"):
+        await collect(OnnxBackend(route).chat(ask("Hi")))
+
+
+async def test_prepare_subprocess_reuses_an_intact_build(
+    model_home: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRAGOMAN_HOME", str(model_home))
+    assert await prepare_in_subprocess("cpu", model_dir) == model_dir
+
+
+async def test_a_model_that_fails_to_load_is_a_backend_error(
+    make_backend: Callable[..., OnnxBackend], tmp_path: Path
+) -> None:
+    (tmp_path / "genai_config.json").write_text('{"model": {"type": "llama"}}')
+    broken = make_backend(path=str(tmp_path))
+    with pytest.raises(BackendError, match=f"could not load model '{MODEL_NAME}'") as info:
+        await collect(broken.chat(ask("Hi")))
+    assert str(tmp_path) in info.value.message
+    assert broken.loaded() == []

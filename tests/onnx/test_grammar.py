@@ -98,6 +98,13 @@ def test_tool_grammar_embeds_each_call_schema_as_json() -> None:
     assert lines[:2] == ['start: "<tool_call>" call "</tool_call>"', "call: call_0 | call_1"]
     schema = json.loads(lines[2].removeprefix("call_0: %json "))
     assert schema["properties"]["name"] == {"const": "get_weather"}
-    assert schema["properties"]["arguments"] == WEATHER.parameters
+    assert schema["properties"]["arguments"] == {**WEATHER.parameters, "additionalProperties": False}
+    assert "additionalProperties" not in WEATHER.parameters  # the request is not mutated
     empty = json.loads(lines[3].removeprefix("call_1: %json "))
-    assert empty["properties"]["arguments"] == {"type": "object", "properties": {}}
+    assert empty["properties"]["arguments"] == {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def test_tool_grammar_keeps_an_explicit_additional_properties() -> None:
+    open_tool = Tool(name="f", parameters={"type": "object", "properties": {}, "additionalProperties": True})
+    schema = json.loads(tool_call_grammar([open_tool]).splitlines()[2].removeprefix("call_0: %json "))
+    assert schema["properties"]["arguments"]["additionalProperties"] is True

@@ -15,6 +15,7 @@ import uvicorn
 from backends.registry import settings_type
 from config import Config, parse_config
 from proxy.app import create_app
+from proxy.models import BackendFactory, build_backend
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,12 @@ def config_from_yaml(text: str) -> Config:
 
 
 @contextmanager
-def serve(config: Config) -> Iterator[RunningServer]:
+def serve(config: Config, *, backend_factory: BackendFactory = build_backend) -> Iterator[RunningServer]:
+    """``backend_factory`` lets a test keep hold of the backends it builds."""
     port = free_port()
+    app = create_app(config, backend_factory=backend_factory)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on")
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on")
     )
     thread = threading.Thread(target=server.run, name=f"dragoman-test-{port}", daemon=True)
     thread.start()

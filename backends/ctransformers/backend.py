@@ -1,0 +1,416 @@
+"""``CTransformersBackend``: GGML-family models through ctransformers 0.2.27.
+
+The event loop never runs inference: each request borrows a model instance from the
+pool (:mod:`backends.ctransformers.pool`) and generates on a worker thread
+(:mod:`backends.ctransformers.generation`), posting text back to the loop. The
+library is imported when a model loads, never at package import, so the package
+(and ``dragoman config check``) works without the ``ctransformers`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import datetime as dt
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+
+from adapters.canonical import ChatRequest, ContentDelta, ErrorEvent, Event, Finish, RoleStart, Timings, Usage
+from adapters.errors import BackendError, ContextTooLong
+from backends.base import Capabilities, LoadedModel, ModelDetails
+from backends.ctransformers import generation
+from backends.ctransformers.formats import (
+    ALTERNATIVES,
+    GGML_MODEL_TYPES,
+    SUPPORTED_FORMATS,
+    ModelFile,
+    UnsupportedModelFile,
+    inspect_model_file,
+    normalize,
+)
+from backends.ctransformers.pool import InstancePool
+from backends.ctransformers.prompt import (
+    PRESET_STOPS,
+    Preset,
+    TemplateChoice,
+    choose_preset,
+    render_preset,
+    split_special,
+)
+from backends.ctransformers.sampling import SamplePlan, plan_sampling
+from backends.onnx.template import render_chat
+
+log = logging.getLogger("dragoman.ctransformers")
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+INSTALL_HINT = "pip install 'dragoman[ctransformers]'"
+# A GGUF's training context can be far more than a CPU model wants preallocated;
+# the library's own default (512) is far less. Override with context_length.
+DEFAULT_MAX_CONTEXT = 4096
+_KNOWN_TYPES = {normalize(t) for t in (*GGML_MODEL_TYPES, "gguf")}
+
+
+class CTransformersSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``ctransformers`` backend's keys of a model entry (``context_length`` is a
+    key every entry has)."""
+
+    path: str  # the model file itself (.gguf or a GGML-era .bin)
+    model_type: str | None = None  # needed for GGML-era files; GGUF says it itself
+    gpu_layers: NonNegativeInt = 0  # > 0 loads the library's CUDA build
+    threads: PositiveInt | None = None  # per instance; unset: the library's choice
+    batch_size: PositiveInt = 64  # prompt tokens per evaluation step
+    template: TemplateChoice = "auto"
+    lib: str | None = None  # "avx2", "avx", "basic", "cuda" or a libctransformers path
+    max_concurrent: PositiveInt = 1  # model instances, each with its own KV cache
+    max_queue: NonNegativeInt = 16
+
+    def __post_init__(self) -> None:
+        if self.model_type is not None and normalize(self.model_type) not in _KNOWN_TYPES:
+            raise ValueError(f"model_type '{self.model_type}' is not one of {', '.join((*GGML_MODEL_TYPES, 'gguf'))}")
+        path = Path(self.path).expanduser()
+        if path.is_dir():
+            raise ValueError(f"path {path} is a folder; ctransformers takes the model file itself (.gguf or .bin)")
+        if path.is_file():  # a missing file is reported when the model loads, not here
+            inspect_model_file(path, self.model_type)  # UnsupportedModelFile is a ValueError
+
+
+class RequestRecord(msgspec.Struct, frozen=True):
+    """How a request ended, kept for the last 100 (``tokens_at_cancel`` is what the
+    client had been sent when it went away; generation must stop within a token)."""
+
+    request_id: int
+    reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_at_cancel: int | None = None
+
+
+class _Refused(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    limit: int
+
+
+_END = object()
+
+
+class _Run:
+    """One request's generation as the event loop sees it: text arrives on ``queue``
+    from the worker thread; ``cancel`` stops that thread before its next token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, request_id: int) -> None:
+        self.loop = loop
+        self.request_id = request_id
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.cancel = threading.Event()
+        self.tokens = 0  # generated when the last text arrived
+        self.tokens_at_cancel: int | None = None
+
+    def emit(self, text: str, tokens: int) -> None:
+        """Called on the worker thread."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (text, tokens))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.cancel.set()
+
+
+class CTransformersBackend:
+    Settings: ClassVar[type[msgspec.Struct]] = CTransformersSettings
+
+    def __init__(self, route: Any) -> None:
+        self.route = route
+        self.settings: CTransformersSettings = route.settings
+        self.name: str = route.config.name
+        self.history: collections.deque[RequestRecord] = collections.deque(maxlen=100)
+        self.expires_at: dt.datetime | None = None
+        self._pool: InstancePool | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._file: ModelFile | None = None
+        self._context_length = 0
+        self._load_lock = asyncio.Lock()
+        self._cancels: set[threading.Event] = set()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._ids = itertools.count(1)
+
+    # -- discovery ---------------------------------------------------------------------
+
+    def capabilities(self, model: str) -> Capabilities:
+        return Capabilities()
+
+    def details(self, model: str) -> ModelDetails:
+        file = self._inspect_quietly()
+        if file is None:
+            return ModelDetails(format="ggml")
+        return ModelDetails(
+            format="gguf" if file.container == "gguf" else "ggml",
+            family=file.architecture,
+            families=[file.architecture] if file.architecture else None,
+            parameter_size=_parameter_size(file.parameters),
+            quantization_level=file.quantization,
+            size=file.size,
+            context_length=self._context_length or self._wanted_context(file) or None,
+            template=file.chat_template if self._uses_own_template(file) else self._preset(file),
+        )
+
+    def loaded(self) -> list[LoadedModel]:
+        if self._pool is None or self._file is None:
+            return []
+        on_gpu = self.settings.gpu_layers > 0
+        return [
+            LoadedModel(
+                name=self.name,
+                size=self._file.size,
+                size_vram=self._file.size if on_gpu else 0,
+                expires_at=self.expires_at,
+                context_length=self._context_length,
+                details=self.details(self.name),
+            )
+        ]
+
+    async def list_models(self) -> list[str]:
+        return []
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    async def load(self, model: str, keep_alive: float | None) -> None:
+        await self._ensure_loaded()
+        if self._pool is not None and self._pool.idle:
+            self._schedule_expiry(self.route.keep_alive if keep_alive is None else keep_alive)
+
+    async def unload(self, model: str | None = None) -> None:
+        """Drop the instances; a request still running keeps its own until it ends."""
+        self._cancel_expiry()
+        async with self._load_lock:
+            if self._pool is not None:
+                self._pool.take_all()
+                log.info("unloaded model '%s'", self.name)
+            self._pool = None
+            self.expires_at = None
+
+    async def aclose(self) -> None:
+        for cancel in list(self._cancels):
+            cancel.set()
+        await self.unload()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await asyncio.to_thread(executor.shutdown, wait=True)
+
+    # -- chat --------------------------------------------------------------------------
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        began = time.perf_counter_ns()
+        plan = plan_sampling(request.options)
+        load_ns = await self._ensure_loaded()
+        pool, file, executor = self._pool, self._file, self._executor
+        assert pool is not None and file is not None and executor is not None
+        self._cancel_expiry()
+        pieces = split_special(self._render(request, file), file.special_tokens)
+        if not self._uses_own_template(file):
+            plan = msgspec.structs.replace(plan, stop=plan.stop + PRESET_STOPS[self._preset(file)])
+        limit = min(self._context_length, request.options.num_ctx or self._context_length)
+        keep_alive = self.route.keep_alive if request.keep_alive is None else request.keep_alive
+        llm = await pool.acquire(self.name)
+        run = _Run(asyncio.get_running_loop(), next(self._ids))
+        job = functools.partial(self._work, llm, file, pieces, plan, limit, run)
+        future = asyncio.wrap_future(executor.submit(job))
+        self._cancels.add(run.cancel)
+        future.add_done_callback(functools.partial(self._finished, run, pool, llm, keep_alive))
+        done = False
+        try:
+            item = await run.queue.get()
+            if item is _END:
+                self._raise_refusal(future, request)
+            yield RoleStart()
+            while item is not _END:
+                text, run.tokens = item
+                yield ContentDelta(text)
+                item = await run.queue.get()
+            done = True
+            yield self._finish(future, began, load_ns)
+        finally:
+            if not done:  # the client went away (or the stream was closed)
+                run.tokens_at_cancel = run.tokens
+                run.cancel.set()
+
+    def _work(
+        self, llm: Any, file: ModelFile, pieces: list[str | int], plan: SamplePlan, limit: int, run: _Run
+    ) -> generation.Outcome | _Refused:
+        """On the worker thread: tokenize, refuse a prompt that does not fit, generate."""
+        tokens = generation.tokenize(llm, pieces, add_bos=file.add_bos)
+        if len(tokens) >= limit:
+            return _Refused(len(tokens), limit)
+        job = generation.Job(
+            tokens,
+            plan,
+            limit,
+            end_tokens=file.end_tokens,
+            batch_size=self.settings.batch_size,
+            threads=self.settings.threads or -1,
+        )
+        return generation.run(llm, job, run.emit, run.cancel)
+
+    def _finished(
+        self, run: _Run, pool: InstancePool, llm: Any, keep_alive: float, future: asyncio.Future[Any]
+    ) -> None:
+        """On the loop, once the worker thread has stopped: only now is the instance free."""
+        self._cancels.discard(run.cancel)
+        pool.release(llm)
+        outcome = None if future.cancelled() or future.exception() else future.result()
+        if isinstance(outcome, generation.Outcome):
+            record = RequestRecord(
+                run.request_id, outcome.reason, outcome.prompt_tokens, outcome.completion_tokens, run.tokens_at_cancel
+            )
+            self.history.append(record)
+        if pool is self._pool and pool.idle:
+            self._schedule_expiry(keep_alive)
+        run.queue.put_nowait(_END)
+
+    def _raise_refusal(self, future: asyncio.Future[Any], request: ChatRequest) -> None:
+        """The worker ended before any text: a refusal or failure becomes a clean
+        HTTP error; an empty reply is not one."""
+        error = future.exception()
+        if error is not None:
+            raise BackendError(f"model '{self.name}' failed: {type(error).__name__}: {error}") from error
+        outcome = future.result()
+        if isinstance(outcome, _Refused):
+            raise ContextTooLong(
+                f"the prompt is {outcome.prompt_tokens} tokens; model '{self.name}' has a context of {outcome.limit}"
+                + (" (num_ctx)" if request.options.num_ctx else ""),
+                param="messages",
+            )
+
+    def _finish(self, future: asyncio.Future[Any], began: int, load_ns: int) -> Event:
+        error = future.exception()
+        if error is not None:
+            return ErrorEvent(f"model '{self.name}' failed while generating: {type(error).__name__}: {error}")
+        outcome = future.result()
+        assert isinstance(outcome, generation.Outcome)
+        return Finish(
+            reason="length" if outcome.reason == "length" else "stop",
+            usage=Usage(prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens),
+            timings=Timings(
+                total_ns=time.perf_counter_ns() - began,
+                load_ns=load_ns,
+                prompt_eval_ns=outcome.prompt_eval_ns,
+                eval_ns=outcome.eval_ns,
+            ),
+        )
+
+    # -- prompt ------------------------------------------------------------------------
+
+    def _render(self, request: ChatRequest, file: ModelFile) -> str:
+        if self._uses_own_template(file):
+            tokens = {k: v for k, v in (("bos_token", file.bos_text), ("eos_token", file.eos_text)) if v}
+            return render_chat(file.chat_template or "", request.messages, tokens=tokens)
+        return render_preset(self._preset(file), request.messages)
+
+    def _uses_own_template(self, file: ModelFile) -> bool:
+        return self.settings.template == "auto" and bool(file.chat_template)
+
+    def _preset(self, file: ModelFile) -> Preset:
+        return choose_preset(self.settings.template, file.special_tokens)
+
+    # -- loading -----------------------------------------------------------------------
+
+    async def _ensure_loaded(self) -> int:
+        """Load the instances unless loaded; the nanoseconds spent loading."""
+        async with self._load_lock:
+            if self._pool is not None:
+                return 0
+            began = time.perf_counter_ns()
+            file = await asyncio.to_thread(self._inspect)
+            instances = await asyncio.to_thread(self._create_instances, file)
+            self._file, self._context_length = file, instances[0].context_length
+            self._pool = InstancePool(instances, self.settings.max_queue)
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.settings.max_concurrent, thread_name_prefix=f"ctransformers-{self.name}"
+                )
+            took = time.perf_counter_ns() - began
+            log.info("loaded model '%s' (%s, %d instances) in %.2fs", self.name, file.path, len(instances), took / 1e9)
+            return took
+
+    def _inspect(self) -> ModelFile:
+        path = Path(self.settings.path).expanduser()
+        try:
+            return inspect_model_file(path, self.settings.model_type)
+        except FileNotFoundError:
+            raise BackendError(f"model '{self.name}': the model file {path} does not exist") from None
+        except (UnsupportedModelFile, OSError) as exc:
+            raise BackendError(f"model '{self.name}': {exc}") from None
+
+    def _inspect_quietly(self) -> ModelFile | None:
+        if self._file is None:
+            try:
+                self._file = self._inspect()
+            except BackendError:
+                return None
+        return self._file
+
+    def _create_instances(self, file: ModelFile) -> list[Any]:
+        try:
+            from ctransformers.llm import LLM, Config
+        except ImportError as exc:
+            raise BackendError(f"model '{self.name}' needs the ctransformers library ({exc}): {INSTALL_HINT}") from exc
+        config = Config(
+            context_length=self._wanted_context(file) or -1,
+            gpu_layers=self.settings.gpu_layers,
+            threads=self.settings.threads or -1,
+            batch_size=self.settings.batch_size,
+        )
+        try:
+            return [
+                LLM(file.path, file.model_type, config=config, lib=self.settings.lib)
+                for _ in range(self.settings.max_concurrent)
+            ]
+        except OSError as exc:  # the shared library itself (CUDA runtime missing, …)
+            raise BackendError(f"model '{self.name}': cannot load the ctransformers library: {exc}") from exc
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(f"model '{self.name}': {exc} {SUPPORTED_FORMATS}; {ALTERNATIVES}.") from exc
+
+    def _wanted_context(self, file: ModelFile) -> int | None:
+        configured = self.route.config.context_length
+        if configured:
+            return configured
+        if file.container == "gguf" and file.context_length:
+            return min(file.context_length, DEFAULT_MAX_CONTEXT)
+        return None  # a GGML-era file's own
+
+    # -- keep-alive --------------------------------------------------------------------
+
+    def _schedule_expiry(self, keep_alive: float) -> None:
+        self._cancel_expiry()
+        if keep_alive < 0 or self._pool is None:
+            self.expires_at = None
+            return
+        self.expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=keep_alive)
+        self._expiry = asyncio.get_running_loop().call_later(keep_alive, self._unload_if_idle)
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _unload_if_idle(self) -> None:
+        self._expiry = None
+        if self._pool is not None and self._pool.idle:
+            self._pool.take_all()
+            self._pool = None
+            self.expires_at = None
+            log.info("unloaded idle model '%s'", self.name)
+
+
+def _parameter_size(parameters: int) -> str:
+    if not parameters:
+        return ""
+    if parameters >= 1e9:
+        return f"{parameters / 1e9:.1f}B"
+    return f"{round(parameters / 1e6)}M"

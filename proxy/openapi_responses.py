@@ -1,0 +1,54 @@
+"""What the routes answer, as the OpenAPI document states it.
+
+Left to itself Litestar documents a handler that returns ``bytes`` as a string and every
+400 as its own ``{status_code, detail}``; dragoman answers JSON replies and errors in the
+caller's dialect, so those routes name their responses here.
+"""
+
+from __future__ import annotations
+
+from litestar.openapi.datastructures import ResponseSpec
+
+from adapters import ollama, openai
+from adapters.openai.wire import OpenAIErrorResponse
+
+_ERROR_STATUSES = {
+    400: "A bad field, named in the message (and in `param` for OpenAI clients).",
+    401: "API keys are configured and the request has none or a wrong one.",
+    404: "No such model.",
+    413: "The body or its images are larger than the configured limits.",
+    502: "The backend or upstream failed before the reply began.",
+    503: "The model is busy (see `Retry-After`) or the server is shutting down.",
+    504: "The backend or upstream timed out.",
+}
+
+
+def _errors(body: type, statuses: tuple[int, ...]) -> dict[int, ResponseSpec]:
+    return {
+        status: ResponseSpec(body, description=_ERROR_STATUSES[status], generate_examples=False) for status in statuses
+    }
+
+
+_CHAT_ERRORS = tuple(_ERROR_STATUSES)
+
+OPENAI_CHAT = {
+    200: ResponseSpec(
+        openai.ChatCompletionResponse,
+        description="The reply. With `stream: true`, `text/event-stream` instead: `data: <chat.completion.chunk>` "
+        "events ending with `data: [DONE]`.",
+        generate_examples=False,
+    ),
+    **_errors(OpenAIErrorResponse, _CHAT_ERRORS),
+}
+OPENAI_MODEL = _errors(OpenAIErrorResponse, (400, 404))
+
+OLLAMA_CHAT = {
+    200: ResponseSpec(
+        ollama.ChatResponse,
+        description="The reply with `stream: false`. Otherwise (the default) `application/x-ndjson`: one such "
+        "object per line, the last with `done: true`, or a last `{\"error\": …}` line.",
+        generate_examples=False,
+    ),
+    **_errors(ollama.ErrorResponse, _CHAT_ERRORS),
+}
+OLLAMA_SHOW = _errors(ollama.ErrorResponse, (400, 404))

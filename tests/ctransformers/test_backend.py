@@ -1,0 +1,205 @@
+"""The ctransformers backend end to end with the real SmolLM2-135M (Q4_1) model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import pytest_asyncio
+
+from adapters.canonical import ChatRequest, ContentDelta, Event, Finish, RoleStart
+from adapters.errors import BackendError, ContextTooLong, Overloaded, UnsupportedFeature
+from backends.base import Backend
+from backends.ctransformers import CTransformersBackend
+from tests.ctransformers.conftest import EXACT, ask, collect, needs_library
+from tests.ctransformers.ggml_files import write_gpt2_ggml
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_library]
+QUESTION = "What is the capital of France?"
+SYSTEM = "You are a helpful assistant."  # without it, greedy Q4_1 SmolLM2 wanders off in French
+
+
+def capital(**options: object) -> ChatRequest:
+    return ask(QUESTION, system=SYSTEM, **options)  # type: ignore[arg-type]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def backend(make_backend: Callable[..., CTransformersBackend]) -> AsyncIterator[CTransformersBackend]:
+    """Two instances shared by the module's tests (each load costs about a second)."""
+    shared = make_backend(max_concurrent=2)
+    await shared.load("m", None)
+    yield shared
+    await shared.aclose()
+
+
+def text_of(events: list[Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, ContentDelta))
+
+
+async def test_satisfies_the_protocol_and_answers(backend: CTransformersBackend) -> None:
+    assert isinstance(backend, Backend)
+    events = await collect(backend.chat(capital(num_predict=24, **EXACT)))
+    assert isinstance(events[0], RoleStart) and isinstance(events[-1], Finish)
+    assert "Paris" in text_of(events)
+    finish = events[-1]
+    assert finish.reason == "stop"
+    assert finish.usage.prompt_tokens > 20 and 0 < finish.usage.completion_tokens <= 24
+    assert finish.timings.prompt_eval_ns > 0 and finish.timings.eval_ns > 0
+
+
+async def test_discovery_reports_the_file(backend: CTransformersBackend) -> None:
+    details = backend.details("m")
+    assert (details.format, details.family, details.parameter_size, details.quantization_level) == (
+        "gguf",
+        "llama",
+        "135M",
+        "Q4_1",
+    )
+    assert details.context_length == 1024 and "<|im_start|>" in details.template
+    assert [m.name for m in backend.loaded()] == ["smollm2-ct"]
+    assert backend.capabilities("m").names() == ["completion"]
+
+
+LIMIT_CASES = [
+    ("num_predict ends with length", {"num_predict": 3}, "length", 3),
+    ("a stop string ends with stop and is not sent", {"num_predict": 24, "stop": ["Paris"]}, "stop", None),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "reason", "tokens"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+async def test_limits(backend: CTransformersBackend, name: str, options: dict, reason: str, tokens: int | None) -> None:
+    events = await collect(backend.chat(capital(**EXACT, **options)))
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == reason
+    if tokens is not None:
+        assert finish.usage.completion_tokens == tokens
+    if "stop" in options:
+        assert "Paris" not in text_of(events) and text_of(events).rstrip().endswith("is")
+
+
+async def test_a_seed_repeats_a_sampled_reply(backend: CTransformersBackend) -> None:
+    def sampled(seed: int):  # type: ignore[no-untyped-def]
+        return collect(backend.chat(ask("Tell me a story.", temperature=1.2, top_k=0, seed=seed, num_predict=16)))
+
+    first, again, other = [text_of(await sampled(s)) for s in (7, 7, 8)]
+    assert first == again and first != other
+
+
+async def test_a_frequency_penalty_changes_the_greedy_reply(backend: CTransformersBackend) -> None:
+    prompt = "Repeat the word 'yes' ten times."
+    plain = text_of(await collect(backend.chat(ask(prompt, num_predict=12, **EXACT))))
+    penalised = text_of(await collect(backend.chat(ask(prompt, num_predict=12, frequency_penalty=2.0, **EXACT))))
+    assert plain != penalised
+
+
+async def test_errors_come_before_the_first_event(
+    make_backend: Callable[..., CTransformersBackend], backend: CTransformersBackend
+) -> None:
+    with pytest.raises(UnsupportedFeature):
+        await anext(backend.chat(capital(tfs_z=0.5)))
+    with pytest.raises(ContextTooLong, match="num_ctx"):
+        await anext(backend.chat(capital(num_ctx=16)))
+    with pytest.raises(ContextTooLong, match="context of 1024"):
+        await anext(backend.chat(ask("word " * 1100)))
+    missing = make_backend(path="/nonexistent/model.gguf")
+    with pytest.raises(BackendError, match="does not exist"):
+        await anext(missing.chat(capital()))
+
+
+async def test_a_full_context_ends_with_length(make_backend: Callable[..., CTransformersBackend]) -> None:
+    small = make_backend(context_length=48)
+    try:
+        finish = (await collect(small.chat(ask("Count to one hundred.", **EXACT))))[-1]
+        assert isinstance(finish, Finish) and finish.reason == "length"
+        assert finish.usage.prompt_tokens + finish.usage.completion_tokens == 48
+    finally:
+        await small.aclose()
+
+
+async def test_closing_the_stream_stops_generation_within_a_token(backend: CTransformersBackend) -> None:
+    stream = backend.chat(ask("Write a long story about a dragon.", num_predict=400, **EXACT))
+    deltas = 0
+    async for event in stream:
+        deltas += isinstance(event, ContentDelta)
+        if deltas == 3:
+            break
+    await stream.aclose()
+    for _ in range(200):
+        if backend.history and backend.history[-1].reason == "cancelled":
+            break
+        await asyncio.sleep(0.01)
+    record = backend.history[-1]
+    assert record.reason == "cancelled" and record.tokens_at_cancel is not None
+    assert record.completion_tokens - record.tokens_at_cancel <= 2  # one in flight at most
+    assert backend._pool is not None and backend._pool.idle  # the instance came back
+
+
+async def test_two_requests_run_at_once_and_a_third_waits(backend: CTransformersBackend) -> None:
+    replies = await asyncio.gather(*(collect(backend.chat(capital(num_predict=12, **EXACT))) for _ in range(3)))
+    texts = {text_of(r) for r in replies}
+    assert len(texts) == 1 and "Paris" in texts.pop()  # the same greedy answer on either instance
+
+
+async def test_a_full_queue_is_refused(make_backend: Callable[..., CTransformersBackend]) -> None:
+    single = make_backend(max_queue=0)
+    try:
+        first = single.chat(ask("Write a long story.", num_predict=60, **EXACT))
+        assert isinstance(await anext(first), RoleStart)
+        with pytest.raises(Overloaded) as caught:
+            await anext(single.chat(capital()))
+        assert caught.value.retry_after == 1
+        rest = [e async for e in first]
+        assert isinstance(rest[-1], Finish)
+    finally:
+        await single.aclose()
+
+
+async def test_the_event_loop_runs_while_the_model_works(backend: CTransformersBackend) -> None:
+    """The library's C calls release the GIL: a 5 ms ticker stays on time while a
+    long prompt is evaluated and tokens are generated on the worker thread."""
+    lateness: list[float] = []
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        while not stop.is_set():
+            began = time.perf_counter()
+            await asyncio.sleep(0.005)
+            lateness.append(time.perf_counter() - began - 0.005)
+
+    ticker = asyncio.create_task(tick())
+    began = time.perf_counter()
+    await collect(
+        backend.chat(ask("Summarise: " + "the quick brown fox jumps over the lazy dog. " * 25, num_predict=20, **EXACT))
+    )
+    took = time.perf_counter() - began
+    stop.set()
+    await ticker
+    assert took > 0.3 and len(lateness) > took / 0.05
+    assert max(lateness) < min(0.25, took / 3)
+
+
+async def test_keep_alive_zero_unloads_after_the_reply(make_backend: Callable[..., CTransformersBackend]) -> None:
+    brief = make_backend(keep_alive=0)
+    await collect(brief.chat(capital(num_predict=2, **EXACT)))
+    await asyncio.sleep(0.05)
+    assert brief.loaded() == []
+    await brief.aclose()
+
+
+async def test_a_ggml_era_gpt2_file_generates(
+    tmp_path_factory: pytest.TempPathFactory, make_backend: Callable[..., CTransformersBackend]
+) -> None:
+    """The GGML-era path (model_type gpt2, its own sampler, no special tokens) with a
+    synthetic file: random weights, so only the mechanics are checked."""
+    path = write_gpt2_ggml(tmp_path_factory.mktemp("ggml") / "gpt2.bin")
+    gpt2 = make_backend(path=str(path), model_type="gpt2", context_length=None)
+    try:
+        events = await collect(gpt2.chat(ask("Hello", top_k=0, temperature=0.9, seed=3, num_predict=8)))
+        finish = events[-1]
+        assert isinstance(finish, Finish) and finish.usage.completion_tokens <= 8
+        assert finish.usage.prompt_tokens == len("User: Hello\nAssistant:")  # one token a byte
+        assert gpt2.details("m").format == "ggml" and gpt2.details("m").context_length == 64
+    finally:
+        await gpt2.aclose()

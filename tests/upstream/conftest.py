@@ -1,0 +1,82 @@
+"""A replay upstream of each dialect and a dragoman in front of both.
+
+Pattern entries forward the requested name, so the model a test asks for is the key
+of the replay script: ``oa-tools`` reaches the OpenAI replay server as ``oa-tools``.
+Replies with a ``whole`` transcript answer non-streaming requests with it; the others
+stream regardless, as some servers do, which the backend must read all the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.replay import ReplayServer, Reply, replay_server
+from tests.support.server import RunningServer, config_from_yaml, serve
+
+IDLE_TIMEOUT = 0.5  # seconds; the "slow" replies stall longer than this
+
+OPENAI_SCRIPT: dict[str, Reply | list[Reply]] = {
+    "oa-text": Reply("openai/vllm_text.sse", whole="openai/vllm_text.json"),
+    "oa-reasoning": Reply("openai/vllm_reasoning.sse", whole="openai/vllm_reasoning.json"),
+    "oa-tools": Reply("openai/gpt4o_parallel_tool_calls.sse", whole="openai/gpt4o_parallel_tool_calls.json"),
+    "oa-bad-args": Reply("openai/gpt4o_malformed_tool_arguments.sse"),
+    "oa-malformed": Reply("openai/vllm_malformed_chunk.sse"),
+    "oa-truncated": Reply("openai/vllm_text_truncated.sse"),
+    "oa-abort": Reply("openai/vllm_text.sse", abort_after=4),
+    "oa-slow": Reply("openai/vllm_text.sse", stall_after=4, stall=IDLE_TIMEOUT * 4),
+    "oa-drip": Reply("openai/vllm_text.sse", delay_between=0.05),
+    "oa-401": Reply("openai/error_401.json", status=401),
+    "oa-403": Reply("openai/error_403.json", status=403),
+    "oa-404": Reply("openai/error_404.json", status=404),
+    "oa-429": Reply("openai/error_429.json", status=429, headers={"Retry-After": "7"}),
+    "oa-503": Reply("openai/error_503.json", status=503, headers={"Retry-After": "3"}),
+    "/v1/models": Reply("openai/models.json"),
+}
+
+OLLAMA_SCRIPT: dict[str, Reply | list[Reply]] = {
+    "ol-thinking": Reply("ollama/qwen3_thinking.ndjson", whole="ollama/qwen3_thinking.json"),
+    "ol-tools": Reply("ollama/qwen3_tool_calls.ndjson", whole="ollama/qwen3_tool_calls.json"),
+    "ol-truncated": Reply("ollama/qwen3_truncated.ndjson"),
+    "ol-malformed": Reply("ollama/qwen3_malformed_line.ndjson"),
+    "ol-crash": Reply("ollama/qwen3_runner_crash.ndjson"),
+    "ol-slow": Reply("ollama/qwen3_thinking.ndjson", stall_after=6, stall=IDLE_TIMEOUT * 4),
+    "ol-404": Reply("ollama/error_404.json", status=404),
+    "/api/tags": Reply("ollama/tags.json"),
+}
+
+
+@pytest.fixture(scope="module")
+def openai_upstream() -> Iterator[ReplayServer]:
+    with replay_server(OPENAI_SCRIPT) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def ollama_upstream() -> Iterator[ReplayServer]:
+    with replay_server(OLLAMA_SCRIPT) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(openai_upstream: ReplayServer, ollama_upstream: ReplayServer) -> Iterator[RunningServer]:
+    config = config_from_yaml(
+        f"""\
+        models:
+          - name: "oa-*"
+            backend: openai
+            base_url: {openai_upstream.url}/v1
+            idle_timeout: {IDLE_TIMEOUT}
+          - name: "ol-*"
+            backend: ollama
+            base_url: {ollama_upstream.url}
+            idle_timeout: {IDLE_TIMEOUT}
+        """
+    )
+    with serve(config) as server:
+        yield server
+
+
+def user(text: str = "hi") -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]

@@ -1,0 +1,36 @@
+"""The small pure parts of an exchange: line splitting and Retry-After."""
+
+from __future__ import annotations
+
+import datetime as dt
+from email.utils import format_datetime
+
+import pytest
+
+from backends.upstream.exchange import LineSplitter, retry_after
+
+SPLITS = [
+    # (name, pieces as they arrive, lines out, tail)
+    ("whole lines", [b"a\nb\n"], [b"a", b"b"], []),
+    ("line cut in two", [b"da", b"ta: x\n"], [b"data: x"], []),
+    ("SSE event with blank line", [b"data: 1\n\ndata: 2\n\n"], [b"data: 1", b"", b"data: 2", b""], []),
+    ("CRLF kept for the decoder to strip", [b"a\r\n"], [b"a\r"], []),
+    ("last line without newline", [b"a\n{\"done\":true}"], [b"a"], [b"{\"done\":true}"]),
+    ("one byte at a time", [bytes([c]) for c in b"ab\ncd\n"], [b"ab", b"cd"], []),
+]
+
+
+@pytest.mark.parametrize(("name", "pieces", "lines", "tail"), SPLITS, ids=[s[0] for s in SPLITS])
+def test_line_splitter(name: str, pieces: list[bytes], lines: list[bytes], tail: list[bytes]) -> None:
+    splitter = LineSplitter()
+    got = [line for piece in pieces for line in splitter.lines(piece)]
+    assert (got, splitter.tail()) == (lines, tail)
+
+
+def test_retry_after() -> None:
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=120)
+    cases = [("7", 7.0), ("1.5", 1.5), ("-3", 0.0), (None, None), ("", None), ("soon", None)]
+    for value, seconds in cases:
+        assert retry_after(value) == seconds, value
+    from_date = retry_after(format_datetime(later, usegmt=True))
+    assert from_date is not None and 115 <= from_date <= 120
