@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +41,6 @@ TEST_HOME = Path(__file__).resolve().parents[1] / ".dragoman-test-home"
 @pytest.fixture(scope="session")
 def model_home() -> Path:
     """The real default model, built once into a git-ignored home and reused."""
-    os.environ["DRAGOMAN_HOME"] = str(TEST_HOME)
     prepare_smollm2("cpu", home=TEST_HOME, progress=False)
     return TEST_HOME
 
@@ -50,7 +48,9 @@ def model_home() -> Path:
 @pytest.fixture(scope="session")
 def real_server(model_home: Path) -> Iterator[RunningServer]:
     """The built-in default config (served as `dragoman serve` serves it), plus an alias."""
-    config = load_config(None, settings_type)
+    with pytest.MonkeyPatch.context() as patch:  # the default config names ${DRAGOMAN_HOME}
+        patch.setenv("DRAGOMAN_HOME", str(model_home))
+        config = load_config(None, settings_type)
     config = msgspec.structs.replace(config, aliases={**config.aliases, "gpt-4o-mini": "smollm2:135m"})
     with serve(config) as server:
         yield server

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -30,57 +30,28 @@ from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.ctransformers import generation
 from backends.ctransformers.formats import (
     ALTERNATIVES,
-    GGML_MODEL_TYPES,
     SUPPORTED_FORMATS,
     ModelFile,
     UnsupportedModelFile,
     inspect_model_file,
-    normalize,
 )
 from backends.ctransformers.pool import InstancePool
 from backends.ctransformers.prompt import (
     PRESET_STOPS,
     Preset,
-    TemplateChoice,
     choose_preset,
     render_preset,
     split_special,
 )
 from backends.ctransformers.sampling import SamplePlan, plan_sampling
+from backends.ctransformers.settings import CTransformersSettings
 from backends.onnx.template import render_chat
 
 log = logging.getLogger("dragoman.ctransformers")
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 INSTALL_HINT = "pip install 'dragoman[ctransformers]'"
 # A GGUF's training context can be far more than a CPU model wants preallocated;
 # the library's own default (512) is far less. Override with context_length.
 DEFAULT_MAX_CONTEXT = 4096
-_KNOWN_TYPES = {normalize(t) for t in (*GGML_MODEL_TYPES, "gguf")}
-
-
-class CTransformersSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The ``ctransformers`` backend's keys of a model entry (``context_length`` is a
-    key every entry has)."""
-
-    path: str  # the model file itself (.gguf or a GGML-era .bin)
-    model_type: str | None = None  # needed for GGML-era files; GGUF says it itself
-    gpu_layers: NonNegativeInt = 0  # > 0 loads the library's CUDA build
-    threads: PositiveInt | None = None  # per instance; unset: the library's choice
-    batch_size: PositiveInt = 64  # prompt tokens per evaluation step
-    template: TemplateChoice = "auto"
-    lib: str | None = None  # "avx2", "avx", "basic", "cuda" or a libctransformers path
-    max_concurrent: PositiveInt = 1  # model instances, each with its own KV cache
-    max_queue: NonNegativeInt = 16
-
-    def __post_init__(self) -> None:
-        if self.model_type is not None and normalize(self.model_type) not in _KNOWN_TYPES:
-            raise ValueError(f"model_type '{self.model_type}' is not one of {', '.join((*GGML_MODEL_TYPES, 'gguf'))}")
-        path = Path(self.path).expanduser()
-        if path.is_dir():
-            raise ValueError(f"path {path} is a folder; ctransformers takes the model file itself (.gguf or .bin)")
-        if path.is_file():  # a missing file is reported when the model loads, not here
-            inspect_model_file(path, self.model_type)  # UnsupportedModelFile is a ValueError
 
 
 class RequestRecord(msgspec.Struct, frozen=True):

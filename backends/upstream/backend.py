@@ -16,7 +16,7 @@ from typing import ClassVar, Protocol
 import httpx
 import structlog
 
-from adapters.canonical import ChatRequest, ErrorEvent, Event, Secret
+from adapters.canonical import ChatRequest, ContentDelta, ErrorEvent, Event, Secret, ThinkingDelta
 from adapters.errors import BackendError, BackendTimeout, DragomanError
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.upstream.clients import ClientLease
@@ -198,11 +198,14 @@ class HttpUpstreamBackend:
         decoder = self.decoder()
         splitter = LineSplitter()
         chunk: bytes | None = reply.first
+        coalesce = self.settings.coalesce
         try:
             while chunk is not None:
-                for line in splitter.lines(chunk):
-                    for event in decoder.feed(line):
-                        yield event
+                events = [event for line in splitter.lines(chunk) for event in decoder.feed(line)]
+                if coalesce and len(events) > 1:
+                    events = coalesce_deltas(events)
+                for event in events:
+                    yield event
                 deadline = loop.time() + idle
                 if deadline > total_deadline:
                     deadline = total_deadline
@@ -252,10 +255,30 @@ class HttpUpstreamBackend:
         return self.parse_models(body)
 
 
+def coalesce_deltas(events: list[Event]) -> list[Event]:
+    """Runs of text deltas of one kind merged into one delta. Applied to what arrived in
+    one read: deltas the upstream sent faster than we forward them go out as one frame
+    instead of one write each, and a stream that keeps up is left as it was."""
+    merged: list[Event] = []
+    run: list[str] = []
+    for event in events:
+        kind = type(event)
+        if run and kind is type(merged[-1]) and (kind is ContentDelta or kind is ThinkingDelta):
+            run.append(event.text)  # type: ignore[union-attr]
+            continue
+        if len(run) > 1:
+            merged[-1] = type(merged[-1])("".join(run))  # type: ignore[call-arg]
+        merged.append(event)
+        run = [event.text] if kind is ContentDelta or kind is ThinkingDelta else []  # type: ignore[union-attr]
+    if len(run) > 1:
+        merged[-1] = type(merged[-1])("".join(run))  # type: ignore[call-arg]
+    return merged
+
+
 def _with_one_retry(endpoints: list[Endpoint]) -> list[Endpoint]:
     """Each endpoint once; a lone endpoint twice, since a pooled connection the server
     closed at the same moment fails without the server being down."""
     return endpoints * 2 if len(endpoints) == 1 else endpoints
 
 
-__all__ = ["HttpUpstreamBackend", "StreamDecoder"]
+__all__ = ["HttpUpstreamBackend", "StreamDecoder", "coalesce_deltas"]

@@ -30,6 +30,9 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # List the upstream's own models (those this entry's name or pattern matches).
     discover: bool = False
     discover_ttl: float = 60.0
+    # Text deltas that arrive in one read are forwarded as one (fewer, larger chunks
+    # when the upstream outpaces us); false forwards every upstream chunk as its own.
+    coalesce: bool = True
     # OpenAI upstreams only: send Ollama-only sampling options (top_k, min_p,
     # repeat_penalty, …) as extra body fields, as vLLM and llama-server accept them.
     extra_options: bool = False

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from adapters import ollama, openai
 from adapters.errors import RequestError
 from tests.fuzz.strategies import bodies, json_values, served_bodies
-from tests.fuzz.test_stream_fuzz import ndjson_lines, sse_payloads
+from tests.fuzz.frames import ndjson_lines, sse_payloads
 from tests.support.server import RunningServer
 
 HTTP_FUZZ = settings(
@@ -30,6 +30,7 @@ HTTP_FUZZ = settings(
 )
 PURE_FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
+JSON = {"Content-Type": "application/json"}
 REPLY_TEXT = "Hello, world"  # what the scripted backend says to anything but a script name
 
 
@@ -101,9 +102,6 @@ def test_chat_route_answers_any_body_cleanly(
         check(client.post(path, content=msgspec.json.encode(body), headers=JSON))
 
     post()
-
-
-JSON = {"Content-Type": "application/json"}
 
 
 @settings(HTTP_FUZZ, max_examples=40)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fuzz.processes import ServerProcess, dragoman_process
-from tests.fuzz.test_stream_fuzz import ndjson_lines, sse_payloads
+from tests.fuzz.frames import ndjson_lines, sse_payloads
 from tests.support.server import RunningServer, config_from_yaml, free_port, serve
 
 UPSTREAM_CONFIG = """\

@@ -1,4 +1,4 @@
-"""The real default model, built once into a git-ignored test home and reused."""
+"""Backends on the real default model (built once by the top-level ``model_home`` fixture)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,10 @@ import pytest_asyncio
 
 from adapters.canonical import ChatRequest, Event, Message, SamplingOptions, TextPart
 from backends.onnx import OnnxBackend
-from backends.onnx.prepare import default_model_path, prepare_smollm2
+from backends.onnx.prepare import default_model_path
 from config.schema import ModelConfig, ModelRoute
 
-TEST_HOME = Path(__file__).resolve().parents[2] / ".dragoman-test-home"
 MODEL_NAME = "smollm2:135m"
-
-
-@pytest.fixture(scope="session")
-def model_home() -> Path:
-    prepare_smollm2("cpu", home=TEST_HOME, progress=False)
-    return TEST_HOME
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,7 @@ class Reply:
     stall_after: int | None = None  # after this many events, go silent for ``stall`` seconds
     stall: float = 0.0
     abort_after: int | None = None  # after this many events, close the socket mid-body
+    burst: bool = False  # every event in one write, as a server that got ahead of its reader
 
     def events(self) -> list[bytes]:
         """The body cut where a real server flushes: SSE at blank lines, NDJSON at lines."""
@@ -143,6 +144,8 @@ class ReplayServer:
                 self.disconnects += 1
                 return False
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            if reply.burst:
+                continue
             try:
                 await writer.drain()
             except ConnectionError:

@@ -136,3 +136,21 @@ def test_openai_clients_get_fragments_as_they_come(gateway: RunningServer) -> No
     chunks = list(openai_client(gateway).chat.completions.create(model="oa-tools", messages=user(), tools=TOOLS, stream=True))
     fragments = [c.function.arguments for ch in chunks for ch_choice in ch.choices for c in ch_choice.delta.tool_calls or []]
     assert len(fragments) > 2 and "".join(fragments) == '{"city": "Paris", "unit": "celsius"}{"tz": "Europe/Paris"}'
+
+
+@pytest.mark.parametrize(("coalesce", "content_chunks"), [(True, 1), (False, 9)], ids=["coalesced", "as sent"])
+def test_deltas_that_arrive_together_go_out_together(openai_upstream: Any, coalesce: bool, content_chunks: int) -> None:
+    from tests.support.replay import Reply
+    from tests.support.server import config_from_yaml, serve
+
+    openai_upstream.script["oa-burst"] = Reply("openai/vllm_text.sse", burst=True)
+    config = config_from_yaml(
+        f"""\
+        models:
+          - {{name: oa-burst, backend: openai, base_url: "{openai_upstream.url}/v1", coalesce: {str(coalesce).lower()}}}
+        """
+    )
+    with serve(config) as gateway:
+        chunks = list(openai_client(gateway).chat.completions.create(model="oa-burst", messages=user(), stream=True))
+    texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(texts) == HELLO and len(texts) == content_chunks

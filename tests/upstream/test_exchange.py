@@ -1,4 +1,4 @@
-"""The small pure parts of an exchange: line splitting and Retry-After."""
+"""The small pure parts of an exchange: line splitting, Retry-After, coalescing."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from email.utils import format_datetime
 
 import pytest
 
+from adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, ToolCallFragment
+from backends.upstream.backend import coalesce_deltas
 from backends.upstream.exchange import LineSplitter, retry_after
 
 SPLITS = [
@@ -34,3 +36,20 @@ def test_retry_after() -> None:
         assert retry_after(value) == seconds, value
     from_date = retry_after(format_datetime(later, usegmt=True))
     assert from_date is not None and 115 <= from_date <= 120
+
+
+C, T = ContentDelta, ThinkingDelta
+COALESCE = [
+    # (name, events of one read, events forwarded)
+    ("one event", [C("a")], [C("a")]),
+    ("content run", [RoleStart(), C("a"), C("b"), C("c")], [RoleStart(), C("abc")]),
+    ("kinds kept apart", [T("x"), T("y"), C("a"), C("b")], [T("xy"), C("ab")]),
+    ("logprobs keep their tokens", [C("a"), Logprobs([]), C("b"), Logprobs([])], [C("a"), Logprobs([]), C("b"), Logprobs([])]),
+    ("finish ends a run", [C("a"), C("b"), Finish(), C("c")], [C("ab"), Finish(), C("c")]),
+    ("fragments untouched", [ToolCallFragment(0, "{"), ToolCallFragment(0, "}")], [ToolCallFragment(0, "{"), ToolCallFragment(0, "}")]),
+]
+
+
+@pytest.mark.parametrize(("name", "events", "forwarded"), COALESCE, ids=[c[0] for c in COALESCE])
+def test_coalesce_deltas(name: str, events: list[Event], forwarded: list[Event]) -> None:
+    assert coalesce_deltas(events) == forwarded
