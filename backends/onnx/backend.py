@@ -29,7 +29,13 @@ from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.grammar import guidance_for
 from backends.onnx.model_info import ModelFacts, read_model_facts
 from backends.onnx.parsers import CALL_OPEN, THINK_OPEN, OutputParser
-from backends.onnx.prepare import PrepareError, default_model_path, is_prepared, prepare_in_subprocess
+from backends.onnx.prepare import (
+    PrepareError,
+    default_model_path,
+    is_prepared,
+    missing_build_tools,
+    prepare_in_subprocess,
+)
 from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
 from backends.onnx.providers import Provider, candidate_providers, installed_flavours
 from backends.onnx.sampling import max_new_tokens, plan_sampling
@@ -102,6 +108,17 @@ class OnnxBackend:
 
     async def list_models(self) -> list[str]:
         return []
+
+    async def ready(self) -> tuple[bool, str]:
+        """For ``/health/ready``: loaded, or loadable from disk, or buildable on first use."""
+        if self.worker_pid is not None:
+            return True, "loaded"
+        model_dir = self._model_dir()
+        if is_prepared(model_dir) or (model_dir / "genai_config.json").is_file():
+            return True, f"not loaded; loads from {model_dir} on first use"
+        if self._default_build(model_dir) is not None and self.settings.prepare and not missing_build_tools():
+            return True, "not built yet; the default model is built on first use"
+        return False, f"{model_dir} holds no model; run: dragoman models prepare smollm2"
 
     # -- lifetime ----------------------------------------------------------------------
 

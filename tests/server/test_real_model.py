@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
+from pathlib import Path
 
 import httpx
 import jsonschema
@@ -13,7 +14,7 @@ import ollama
 import openai
 import pytest
 
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, config_from_yaml, serve
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 PERSON = {
@@ -172,3 +173,19 @@ def test_event_loop_stays_free_during_generation(real_server: RunningServer) -> 
     latencies.sort()
     # an event loop blocked by a token step or a prefill would show here as 10s of ms
     assert latencies[len(latencies) // 2] < 0.05, latencies
+
+
+def test_ready_reports_the_model(real_server: RunningServer) -> None:
+    ready = httpx.get(real_server.url + "/health/ready").json()
+    assert ready["status"] == "ready"
+    model = next(check for check in ready["checks"] if check["name"] == "model:smollm2:135m")
+    assert model["ok"] and model["detail"]
+
+
+def test_ready_fails_for_a_missing_model(tmp_path: Path) -> None:
+    config = config_from_yaml(f"models:\n  - {{name: gone, backend: onnx, path: {tmp_path / 'nothing'}, provider: cpu}}\n")
+    with serve(config) as server:
+        r = httpx.get(server.url + "/health/ready")
+    assert r.status_code == 503
+    check = r.json()["checks"][1]
+    assert check["ok"] is False and "dragoman models prepare" in check["detail"]
