@@ -5,7 +5,7 @@ chunks (plus the finish and usage chunks and ``[DONE]``), written back to back.
 Raw asyncio protocol (uvloop when installed), HTTP/1.1 keep-alive: as close to free as
 a Python server gets, so the benchmark measures what sits in front of it.
 
-    python bench/canned_upstream.py --port 8101 --chunks 100
+    python bench/canned_upstream.py --port 8101 --chunks 100 [--gap-ms 1]
 """
 
 from __future__ import annotations
@@ -49,17 +49,22 @@ def stream_frames(chunks: int) -> list[bytes]:
     return frames + [b"data: [DONE]\n\n"]
 
 
-def responses(chunks: int) -> tuple[bytes, bytes]:
+def responses(chunks: int) -> tuple[bytes, list[bytes]]:
+    """The whole reply, and the pieces of the streamed one (head, chunks, terminator)."""
     body = completion_body()
     whole = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-    streamed = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    streamed += b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in stream_frames(chunks)) + b"0\r\n\r\n"
-    return whole, streamed
+    pieces = [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"]
+    pieces += [b"%x\r\n%s\r\n" % (len(f), f) for f in stream_frames(chunks)]
+    return whole, pieces + [b"0\r\n\r\n"]
 
 
 class CannedProtocol(asyncio.Protocol):
     whole = b""
     streamed = b""
+    # With a gap, every chunk of a stream is its own write, ``gap`` seconds apart, so
+    # no reader ever gets two at once (for measuring the cost of each chunk).
+    gap = 0.0
+    stream_pieces: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -80,11 +85,23 @@ class CannedProtocol(asyncio.Protocol):
             body = self.buffer[end + 4 : end + 4 + length]
             self.buffer = self.buffer[end + 4 + length :]
             streaming = b'"stream":true' in body.replace(b" ", b"")
-            self.transport.write(self.streamed if streaming else self.whole)  # type: ignore[attr-defined]
+            if streaming and self.gap:
+                asyncio.ensure_future(self._paced())
+            else:
+                self.transport.write(self.streamed if streaming else self.whole)  # type: ignore[attr-defined]
+
+    async def _paced(self) -> None:
+        for piece in self.stream_pieces:
+            if self.transport.is_closing():  # type: ignore[attr-defined]
+                return
+            self.transport.write(piece)  # type: ignore[attr-defined]
+            await asyncio.sleep(self.gap)
 
 
-async def serve(port: int, chunks: int) -> None:
-    CannedProtocol.whole, CannedProtocol.streamed = responses(chunks)
+async def serve(port: int, chunks: int, gap: float) -> None:
+    CannedProtocol.whole, CannedProtocol.stream_pieces = responses(chunks)
+    CannedProtocol.streamed = b"".join(CannedProtocol.stream_pieces)
+    CannedProtocol.gap = gap
     loop = asyncio.get_running_loop()
     server = await loop.create_server(CannedProtocol, "127.0.0.1", port, backlog=1024)
     print(f"canned upstream on http://127.0.0.1:{port}/v1 ({chunks} chunks a stream)", flush=True)
@@ -96,6 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--chunks", type=int, default=100)
+    parser.add_argument("--gap-ms", type=float, default=0.0, help="pause between stream chunks (default: none)")
     args = parser.parse_args()
     try:
         import uvloop
@@ -103,7 +121,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(args.port, args.chunks))
+    asyncio.run(serve(args.port, args.chunks, args.gap_ms / 1000))
 
 
 if __name__ == "__main__":

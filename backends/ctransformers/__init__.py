@@ -6,6 +6,7 @@ its settings and its file checks work without the ``ctransformers`` extra.
 
 from __future__ import annotations
 
-from backends.ctransformers.backend import CTransformersBackend, CTransformersSettings
+from backends.ctransformers.backend import CTransformersBackend
+from backends.ctransformers.settings import CTransformersSettings
 
 __all__ = ["CTransformersBackend", "CTransformersSettings"]

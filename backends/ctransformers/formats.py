@@ -199,8 +199,10 @@ def _hparam_problems(gguf: GgufFile, arch: str) -> list[Problem]:
 def _tokenizer_problems(gguf: GgufFile) -> list[Problem]:
     tokenizer = gguf.get("tokenizer.ggml.model")
     tokens = gguf.get("tokenizer.ggml.tokens")
-    if tokenizer not in ("llama", "gpt2") or not tokens:
+    if tokenizer not in ("llama", "gpt2"):
         return [Problem(f"its tokenizer is '{tokenizer}'; only 'llama' (SentencePiece) and 'gpt2' (BPE) load")]
+    if not tokens:
+        return [Problem("it has no tokenizer.ggml.tokens")]
     problems = []
     if "tokenizer.ggml.token_type" not in gguf.fields:
         problems.append(Problem("it has no tokenizer.ggml.token_type"))

@@ -189,7 +189,10 @@ def read_gguf(path: str | Path) -> GgufFile:
         if file.read(4) != MAGIC:
             raise GgufError(f"{path} is not a GGUF file (no 'GGUF' magic)")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
-            return _parse(memoryview(buffer), path)
+            try:
+                return _parse(memoryview(buffer), path)
+            except struct.error:
+                raise GgufError(f"{path}: the file ends inside its header (truncated?)") from None
 
 
 def _parse(buffer: memoryview, path: str | Path) -> GgufFile:

@@ -61,6 +61,7 @@ class HttpUpstreamBackend:
         s = self.settings
         self.pool = EndpointPool(s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name)
         self._clients = ClientLease(s.max_connections)
+        self._chat_urls = {e.url: httpx.URL(e.url + self.chat_path) for e in self.pool.endpoints}  # parsed once
         # Connect bounded here; every later wait by our own deadlines (exchange.py).
         self._timeout = httpx.Timeout(connect=s.connect_timeout, read=None, write=s.idle_timeout, pool=None)
         self._secret = s.secret_key
@@ -132,7 +133,7 @@ class HttpUpstreamBackend:
                 break
             client = self._clients.client_for(endpoint.url)
             http_request = client.build_request(
-                "POST", endpoint.url + self.chat_path, content=body, headers=headers, timeout=self._timeout
+                "POST", self._chat_urls[endpoint.url], content=body, headers=headers, timeout=self._timeout
             )
             # A whole reply is sent when it is done: only total_timeout bounds the wait.
             if request.stream:

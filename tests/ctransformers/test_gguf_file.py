@@ -55,6 +55,9 @@ def test_truncated_and_foreign_files_are_errors(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(GgufError, match="truncated"):
         read_gguf(path)
+    path.write_bytes(b"GGUF")
+    with pytest.raises(GgufError, match="truncated"):
+        read_gguf(path)
     path.write_bytes(b"ggml" + bytes(12))
     with pytest.raises(GgufError, match="not a GGUF file"):
         read_gguf(path)

@@ -132,6 +132,10 @@ class ReplayServer:
                 f"Content-Type: {reply.content_type()}", "Transfer-Encoding: chunked"]
         head += [f"{name}: {value}" for name, value in reply.headers.items()]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+        if reply.burst:  # one write: the reader gets it all at once
+            writer.write(b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in reply.events()) + b"0\r\n\r\n")
+            await writer.drain()
+            return True
         for sent, event in enumerate(reply.events()):
             if sent and reply.delay_between:
                 await asyncio.sleep(reply.delay_between)
@@ -144,8 +148,6 @@ class ReplayServer:
                 self.disconnects += 1
                 return False
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-            if reply.burst:
-                continue
             try:
                 await writer.drain()
             except ConnectionError:
