@@ -16,7 +16,7 @@ One run, on the default model (SmolLM2-135M-Instruct int4, CPU), measures side b
 4. the per-token cost of each logits-processor-backed option (Ollama ``/api/chat``,
    sampling at temperature 0.8): the worker's ``eval_duration / eval_count`` against
    plain sampling, in µs/token; the neutral values of every option must cost nothing;
-5. peak RSS of the server process and of its worker process (psutil, sampled every 20 ms).
+5. peak RSS of the server process and of its worker process (psutil, sampled every 50 ms).
 
 Variants are interleaved round by round (the machine is shared and noisy); figures are
 medians with their [min–max] over the rounds. ``--write`` puts the table into
@@ -119,7 +119,7 @@ class RawLoop:
         import onnxruntime_genai as og
 
         from backends.onnx.providers import load_model
-        from backends.onnx.template import load_chat_template, special_tokens
+        from backends.text.chat_template import load_chat_template, special_tokens
 
         self.og = og
         self.model, _ = load_model(model_dir, ["cpu"])
@@ -130,7 +130,7 @@ class RawLoop:
 
     def run(self, prompt: str, new_tokens: int) -> Stream:
         from adapters.canonical import Message, TextPart
-        from backends.onnx.template import render_chat
+        from backends.text.chat_template import render_chat
 
         og = self.og
         stream = Stream(sent=time.monotonic())
@@ -232,7 +232,7 @@ async def ollama_stream(client: httpx.AsyncClient, prompt: str, options: dict[st
 class RssWatch:
     """Peak RSS of the server process and of its children (the model worker)."""
 
-    def __init__(self, pid: int, interval: float = 0.02) -> None:
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
         self.server = psutil.Process(pid)
         self.interval = interval
         self.peak_server = 0
@@ -251,11 +251,17 @@ class RssWatch:
         self._thread.join()
 
     def _run(self) -> None:
+        children: list[psutil.Process] = []
+        listed = 0.0
         while not self._stop.wait(self.interval):
             try:
+                # Listing children scans all of /proc: once a second, not every sample.
+                if time.monotonic() - listed > 1.0:
+                    children, listed = self.server.children(recursive=True), time.monotonic()
                 server = self.server.memory_info().rss
-                worker = sum(c.memory_info().rss for c in self.server.children(recursive=True))
+                worker = sum(c.memory_info().rss for c in children)
             except psutil.Error:
+                listed = 0.0
                 continue
             self.peak_server = max(self.peak_server, server)
             self.peak_worker = max(self.peak_worker, worker)

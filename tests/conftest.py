@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from backends.onnx.prepare import prepare_smollm2
+from backends.onnx.prepare import default_model_path, prepare_smollm2
 from backends.registry import settings_type
 from config import load_config
 from tests.support.server import RunningServer, config_from_yaml, serve
@@ -43,6 +43,11 @@ def model_home() -> Path:
     """The real default model, built once into a git-ignored home and reused."""
     prepare_smollm2("cpu", home=TEST_HOME, progress=False)
     return TEST_HOME
+
+
+@pytest.fixture(scope="session")
+def model_dir(model_home: Path) -> Path:
+    return default_model_path("cpu", model_home)
 
 
 @pytest.fixture(scope="session")

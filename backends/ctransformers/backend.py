@@ -45,7 +45,7 @@ from backends.ctransformers.prompt import (
 )
 from backends.ctransformers.sampling import SamplePlan, plan_sampling
 from backends.ctransformers.settings import CTransformersSettings
-from backends.onnx.template import render_chat
+from backends.text.chat_template import render_chat
 
 log = logging.getLogger("dragoman.ctransformers")
 INSTALL_HINT = "pip install 'dragoman[ctransformers]'"

@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from backends.ctransformers.sampling import SamplePlan, edit_logits, sample_arguments
-from backends.onnx.stops import StopMatcher
+from backends.text.stops import StopMatcher
 
 # Prompt tokens evaluated between two checks for cancellation.
 PROMPT_CHUNK = 64

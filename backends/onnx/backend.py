@@ -28,7 +28,7 @@ from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.grammar import guidance_for
 from backends.onnx.model_info import ModelFacts, read_model_facts
-from backends.onnx.parsers import CALL_OPEN, THINK_OPEN, OutputParser
+from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, OutputParser
 from backends.onnx.prepare import (
     PrepareError,
     default_model_path,
@@ -40,7 +40,7 @@ from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start,
 from backends.onnx.providers import Provider, candidate_providers, installed_flavours
 from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import CancelRecord, OnnxSettings
-from backends.onnx.template import load_chat_template, render_chat, special_tokens, supports_thinking
+from backends.text.chat_template import load_chat_template, render_chat, special_tokens, supports_thinking
 from backends.onnx.vocab import special_token_contents
 
 log = logging.getLogger("dragoman.onnx")

@@ -15,7 +15,7 @@ from adapters.canonical import TokenLogprob, TopLogprob
 from backends.onnx.processors import LogitsProcessor, log_softmax
 from backends.onnx.protocol import Done, Search, Start, Tokens
 from backends.onnx.sampling import processing_active
-from backends.onnx.stops import StopMatcher
+from backends.text.stops import StopMatcher
 
 
 class Generation:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import msgspec
 
-from backends.onnx.parsers import ReasoningParser, ToolParser
+from backends.text.output_parsers import ReasoningParser, ToolParser
 from backends.onnx.providers import ProviderChoice
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]

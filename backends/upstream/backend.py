@@ -29,10 +29,10 @@ from backends.upstream.exchange import (
     Reply,
     describe,
     get_json_body,
-    next_chunk,
     open_reply,
     read_rest,
 )
+from backends.upstream.watch import ReadWatch
 from backends.upstream.settings import UpstreamSettings
 from config import ModelRoute
 
@@ -194,12 +194,11 @@ class HttpUpstreamBackend:
         return events + decoder.finish()
 
     async def _relay(self, endpoint: Endpoint, reply: Reply, total_deadline: float, model: str) -> AsyncIterator[Event]:
-        loop = asyncio.get_running_loop()
-        idle = self.settings.idle_timeout
         decoder = self.decoder()
         splitter = LineSplitter()
-        chunk: bytes | None = reply.first
         coalesce = self.settings.coalesce
+        watch = ReadWatch(self.settings.idle_timeout, total_deadline)
+        chunk: bytes | None = reply.first
         try:
             while chunk is not None:
                 events = [event for line in splitter.lines(chunk) for event in decoder.feed(line)]
@@ -207,14 +206,11 @@ class HttpUpstreamBackend:
                     events = coalesce_deltas(events)
                 for event in events:
                     yield event
-                deadline = loop.time() + idle
-                if deadline > total_deadline:
-                    deadline = total_deadline
                 try:
-                    chunk = await next_chunk(reply.chunks, deadline)
+                    chunk = await watch.read(reply.chunks)
                 except TimeoutError:
-                    which = "idle_timeout" if deadline < total_deadline else "total_timeout"
-                    reason = f"sent nothing for {idle if which == 'idle_timeout' else self.settings.total_timeout:g}s ({which})"
+                    seconds = self.settings.idle_timeout if watch.expired == "idle_timeout" else self.settings.total_timeout
+                    reason = f"sent nothing for {seconds:g}s ({watch.expired})"
                     self.pool.failed(endpoint, reason)
                     yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=504)
                     return
@@ -229,6 +225,7 @@ class HttpUpstreamBackend:
             for event in decoder.finish():
                 yield event
         finally:
+            watch.close()
             await reply.response.aclose()
 
     def _exhausted(self, model: str, failures: list[tuple[Endpoint, Failed]]) -> DragomanError:

@@ -1,8 +1,9 @@
 """One HTTP exchange with an upstream: send, wait for the first bytes, read the rest.
 
-Deadlines are event-loop times and each wait gets its own ``asyncio.timeout_at``,
-never one that spans a ``yield`` (a timeout firing while the consumer holds the
-generator would cancel the consumer instead). Transport errors are told apart by
+Deadlines are event-loop times. Waits for the start of a reply get an
+``asyncio.timeout_at``; reads of the body a :class:`ReadWatch`. Neither spans a
+``yield`` (a timeout firing while the consumer holds the generator would cancel the
+consumer instead). Transport errors are told apart by
 *when* they happen, not by class: the aiohttp transport maps a server disconnect to
 ``httpx.ConnectTimeout``, so the class says little.
 """
@@ -18,6 +19,7 @@ import aiohttp
 import httpx
 
 from adapters.errors import BackendError, DragomanError
+from backends.upstream.watch import ReadWatch
 
 # What a broken connection raises, whichever transport httpx runs on.
 TRANSPORT_ERRORS = (httpx.RequestError, aiohttp.ClientError, OSError)
@@ -72,7 +74,8 @@ async def open_reply(
             try:
                 if response.status_code >= 300:
                     raise _status_error(response, await _read_capped(response), decode_error)
-                chunks = response.aiter_raw()
+                # The transport's stream itself: aiter_raw() adds a generator per chunk.
+                chunks = aiter(response.stream)  # type: ignore[arg-type]
                 first = await anext(chunks, b"")
             except BaseException:
                 await response.aclose()
@@ -90,27 +93,18 @@ async def open_reply(
 async def read_rest(reply: Reply, idle_timeout: float, total_deadline: float) -> bytes:
     """The rest of a whole (non-streaming) reply body; :class:`Failed` if it stalls or
     breaks, since nothing of it can have reached the client yet."""
-    loop = asyncio.get_running_loop()
+    watch = ReadWatch(idle_timeout, total_deadline)
     pieces = [reply.first]
-    while True:
-        deadline = min(loop.time() + idle_timeout, total_deadline)
-        try:
-            chunk = await next_chunk(reply.chunks, deadline)
-        except TimeoutError:
-            which = "idle_timeout" if deadline < total_deadline else "total_timeout"
-            raise Failed(f"stopped sending mid-reply ({which})", timed_out=True, responded=True) from None
-        except TRANSPORT_ERRORS as exc:
-            raise Failed(f"connection lost mid-reply: {describe(exc)}", responded=True) from exc
-        if chunk is None:
-            return b"".join(pieces)
-        pieces.append(chunk)
-
-
-async def next_chunk(chunks: AsyncIterator[bytes], deadline: float) -> bytes | None:
-    """The next piece of the body, or None at its end; raises ``TimeoutError`` past
-    ``deadline`` and a transport error when the connection breaks."""
-    async with asyncio.timeout_at(deadline):
-        return await anext(chunks, None)
+    try:
+        while (chunk := await watch.read(reply.chunks)) is not None:
+            pieces.append(chunk)
+    except TimeoutError:
+        raise Failed(f"stopped sending mid-reply ({watch.expired})", timed_out=True, responded=True) from None
+    except TRANSPORT_ERRORS as exc:
+        raise Failed(f"connection lost mid-reply: {describe(exc)}", responded=True) from exc
+    finally:
+        watch.close()
+    return b"".join(pieces)
 
 
 async def get_json_body(client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout: float) -> bytes:
@@ -201,7 +195,6 @@ __all__ = [
     "Reply",
     "describe",
     "get_json_body",
-    "next_chunk",
     "open_reply",
     "read_rest",
     "retry_after",

@@ -11,15 +11,9 @@ import pytest_asyncio
 
 from adapters.canonical import ChatRequest, Event, Message, SamplingOptions, TextPart
 from backends.onnx import OnnxBackend
-from backends.onnx.prepare import default_model_path
 from config.schema import ModelConfig, ModelRoute
 
 MODEL_NAME = "smollm2:135m"
-
-
-@pytest.fixture(scope="session")
-def model_dir(model_home: Path) -> Path:
-    return default_model_path("cpu", model_home)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from adapters.canonical import ContentDelta, ThinkingDelta, ToolCall, ToolCallDone
-from backends.onnx.parsers import OutputParser, parse_hermes_call
+from backends.text.output_parsers import OutputParser, parse_hermes_call
 
 
 def ids() -> itertools.count[int]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from adapters.canonical import ContentDelta, Event, ThinkingDelta, ToolCall, ToolCallDone
-from backends.onnx.stops import partial_suffix_length
+from backends.text.stops import partial_suffix_length
 
 ToolParser = Literal["hermes", "none"]
 ReasoningParser = Literal["think", "none"]
