@@ -1,7 +1,9 @@
 """Go-style durations, as Ollama's ``keep_alive`` takes them ("5m", "1h30m", "300ms").
 
 A number means seconds; a negative value means "forever"; a unit-less non-zero
-string is refused, as Ollama refuses it, because "10" is ambiguous.
+string is refused, as Ollama refuses it, because "10" is ambiguous. A duration longer
+than a century also means forever (``-1.0``): no backend can schedule an unload past
+what its clock represents (``timedelta`` overflows near 2.7 million years).
 """
 
 from __future__ import annotations
@@ -10,17 +12,27 @@ import math
 import re
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+FOREVER_AFTER = 100 * 365.25 * 24 * 3600.0  # seconds
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 
 
 def parse_duration(value: float | int | str) -> float:
     """Seconds from a number or a Go duration string; raises ``ValueError`` with a hint."""
+    seconds = _seconds(value)
+    return -1.0 if math.isinf(seconds) or seconds > FOREVER_AFTER else seconds
+
+
+def _seconds(value: float | int | str) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 300, \"5m\" or \"-1\", got a boolean")
     if isinstance(value, (int, float)):
-        if math.isnan(value):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past float's range
+            return math.inf if value > 0 else -math.inf
+        if math.isnan(seconds):
             raise ValueError("a duration cannot be NaN")
-        return float(value)
+        return seconds
     text = value.strip()
     if text in ("0", "-0", "+0"):
         return 0.0

@@ -68,11 +68,34 @@ class Connection(asyncio.Protocol):
         return await self.done
 
 
-async def worker(host: str, port: int, request: bytes, until: float, warm_until: float, latencies: list[float],
-                 errors: list[str]) -> None:
+class Window:
+    """The measured stretch: it opens once the warm-up has passed *and* every connection
+    has finished a request (slow targets at high concurrency need longer than any fixed
+    warm-up), and closes ``duration`` seconds later."""
+
+    def __init__(self, concurrency: int, warmup: float, duration: float) -> None:
+        self.pending = concurrency
+        self.warm_from = time.perf_counter() + warmup
+        self.duration = duration
+        self.opens: float | None = None
+        self.closes: float | None = None
+
+    def first_done(self) -> None:
+        self.pending -= 1
+
+    def tick(self, now: float) -> None:
+        if self.opens is None and self.pending <= 0 and now >= self.warm_from:
+            self.opens, self.closes = now, now + self.duration
+
+    def over(self, now: float) -> bool:
+        return self.closes is not None and now >= self.closes
+
+
+async def worker(host: str, port: int, request: bytes, window: Window, latencies: list[float], errors: list[str]) -> None:
     loop = asyncio.get_running_loop()
     conn: Connection | None = None
-    while time.perf_counter() < until:
+    finished_one = False
+    while not window.over(time.perf_counter()):
         if conn is None or conn.closed.done():
             _, conn = await loop.create_connection(Connection, host, port)
         started = time.perf_counter()
@@ -83,26 +106,29 @@ async def worker(host: str, port: int, request: bytes, until: float, warm_until:
             conn = None
             continue
         finished = time.perf_counter()
+        if not finished_one:
+            finished_one = True
+            window.first_done()
+        window.tick(finished)
         if status != 200:
             errors.append(f"HTTP {status}")
-        elif started >= warm_until and finished <= until:
-            latencies.append(finished - started)
+        elif window.opens is not None and finished > window.opens and not window.over(finished):
+            latencies.append(finished - started)  # every reply completed inside the window
     if conn is not None and conn.transport is not None:
         conn.transport.close()
 
 
-async def run(url: str, body: bytes, concurrency: int, duration: float, warmup: float) -> dict[str, object]:
+async def run(url: str, body: bytes, concurrency: int, duration: float, warmup: float, auth: str) -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     request = (
         f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer bench\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Authorization: {auth}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     latencies: list[float] = []
     errors: list[str] = []
-    start = time.perf_counter()
-    warm_until, until = start + warmup, start + warmup + duration
-    await asyncio.gather(*(worker(host, port, request, until, warm_until, latencies, errors) for _ in range(concurrency)))
+    window = Window(concurrency, warmup, duration)
+    await asyncio.gather(*(worker(host, port, request, window, latencies, errors) for _ in range(concurrency)))
     latencies.sort()
     n = len(latencies)
     return {
@@ -123,6 +149,7 @@ def main() -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=1)
     parser.add_argument("-d", "--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--auth", default="Bearer bench", help="the Authorization header sent")
     args = parser.parse_args()
     try:
         import uvloop
@@ -130,7 +157,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    result = asyncio.run(run(args.url, args.body.encode(), args.concurrency, args.duration, args.warmup))
+    result = asyncio.run(run(args.url, args.body.encode(), args.concurrency, args.duration, args.warmup, args.auth))
     json.dump(result, sys.stdout)
     print()
 

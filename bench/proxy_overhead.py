@@ -31,7 +31,9 @@ BENCH = ROOT / "bench"
 DRAGOMAN = ROOT / ".venv" / "bin" / "dragoman"
 LITELLM = Path(sys.executable).with_name("litellm")
 MESSAGES = [{"role": "user", "content": "Say hello."}]
-TARGETS = ["direct", "dragoman", "dragoman (ollama client)", "litellm"]
+LITELLM_KEY = "sk-bench-master"  # LiteLLM's proxy refuses to start without a master key
+TARGETS = ["direct", "dragoman", "dragoman (ollama client)", "dragoman (coalesce off)", "litellm"]
+STREAM_ONLY = {"dragoman (coalesce off)"}
 
 
 def free_port() -> int:
@@ -63,9 +65,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def load(url: str, body: dict[str, object], concurrency: int, duration: float, warmup: float) -> dict[str, float]:
+def load(url: str, body: dict[str, object], concurrency: int, duration: float, warmup: float,
+         auth: str = "Bearer bench") -> dict[str, float]:
     command = [sys.executable, str(BENCH / "loadgen.py"), "--url", url, "--body", json.dumps(body),
-               "-c", str(concurrency), "-d", str(duration), "--warmup", str(warmup)]
+               "-c", str(concurrency), "-d", str(duration), "--warmup", str(warmup), "--auth", auth]
     result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     if result["errors"]:
         print(f"  ! {result['errors']} errors at {url} (first: {result['first_error']})", file=sys.stderr)
@@ -76,6 +79,8 @@ def target_request(target: str, ports: dict[str, int], stream: bool) -> tuple[st
     body: dict[str, object] = {"model": "bench", "messages": MESSAGES, "stream": stream}
     if target == "dragoman (ollama client)":
         return f"http://127.0.0.1:{ports['dragoman']}/api/chat", body
+    if target == "dragoman (coalesce off)":
+        return f"http://127.0.0.1:{ports['dragoman']}/v1/chat/completions", {**body, "model": "bench-as-sent"}
     port = ports["upstream"] if target == "direct" else ports[target]
     return f"http://127.0.0.1:{port}/v1/chat/completions", body
 
@@ -92,6 +97,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         config.write_text(
             "server:\n  log_format: json\nmodels:\n"
             f"  - {{name: bench, backend: openai, base_url: 'http://127.0.0.1:{ports['upstream']}/v1', api_key: sk-bench}}\n"
+            f"  - {{name: bench-as-sent, backend: openai, base_url: 'http://127.0.0.1:{ports['upstream']}/v1',"
+            " api_key: sk-bench, model: bench, coalesce: false}\n"
             f"  - {{name: paced, backend: openai, base_url: 'http://127.0.0.1:{ports['paced']}/v1', api_key: sk-bench,"
             " model: bench, coalesce: false}\n"
         )
@@ -107,15 +114,19 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         for stream in (False, True):
             for concurrency in args.concurrency:
                 for target in targets:
+                    if target in STREAM_ONLY and not stream:
+                        continue
                     url, body = target_request(target, ports, stream)
                     before = cpu_seconds(dragoman.pid)
-                    result = load(url, body, concurrency, args.duration, args.warmup)
+                    auth = f"Bearer {LITELLM_KEY}" if target == "litellm" else "Bearer bench"
+                    result = load(url, body, concurrency, args.duration, args.warmup, auth)
                     result["dragoman_cpu_s"] = cpu_seconds(dragoman.pid) - before
                     result.update(target=target, stream=stream, concurrency=concurrency)
                     results.append(result)
                     print(f"  {target:<26} {'stream' if stream else 'whole ':<6} c={concurrency:<3} "
                           f"{result['req_per_s']:8.0f} req/s  p50 {result['p50_ms'] or 0:7.2f} ms", flush=True)
         paced = measure_paced(args, ports, dragoman.pid)
+        paced["floor_cpu_us_per_chunk"] = measure_floor(args, ports)
         return {"results": results, "paced": paced, "litellm_note": litellm_note, "chunks": args.chunks,
                 "duration": args.duration, "machine": machine(), "litellm_version": litellm_version()}
     finally:
@@ -141,7 +152,8 @@ def start_litellm(args: argparse.Namespace, ports: dict[str, int], work: Path,
         f"      api_base: http://127.0.0.1:{ports['upstream']}/v1\n      api_key: sk-bench\n"
     )
     # No network here: the model price map ships with the package.
-    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR"}
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR",
+           "LITELLM_MASTER_KEY": LITELLM_KEY}
     proc = start([str(LITELLM), "--config", str(config), "--port", str(ports["litellm"]), "--num_workers", "1"],
                  work / "litellm.log", env)
     procs.append(proc)
@@ -163,6 +175,35 @@ def measure_paced(args: argparse.Namespace, ports: dict[str, int], pid: int) -> 
     chunks = streamed["requests"] * args.chunks
     return {"requests": streamed["requests"], "cpu_s": stream_cpu, "cpu_us_per_chunk": stream_cpu / chunks * 1e6,
             "p50_ms": streamed["p50_ms"], "gap_ms": args.gap_ms}
+
+
+def measure_floor(args: argparse.Namespace, ports: dict[str, int]) -> float:
+    """CPU per chunk of a bare aiohttp client that only reads the same paced stream: what
+    receiving one chunk costs this machine at all, before any proxying."""
+    import asyncio
+
+    import aiohttp
+
+    async def read(requests: int) -> float:
+        url = f"http://127.0.0.1:{ports['paced']}/v1/chat/completions"
+        body = json.dumps({"model": "bench", "messages": MESSAGES, "stream": True})
+        async with aiohttp.ClientSession() as session:
+            before = os.times()
+            for _ in range(requests):
+                async with session.post(url, data=body, headers={"content-type": "application/json"}) as response:
+                    async for _chunk in response.content.iter_any():
+                        pass
+            after = os.times()
+        spent = after.user - before.user + after.system - before.system
+        return spent / (requests * args.chunks) * 1e6
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(read(max(5, int(args.duration / (args.gap_ms / 1000 * args.chunks)))))
 
 
 def machine() -> str:
@@ -196,16 +237,22 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=1.0, help="pause between chunks for the CPU-per-chunk run")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md and its plot")
+    parser.add_argument("--from-results", action="store_true", help="re-render the last results without measuring")
     args = parser.parse_args()
-    from report import render_table, update_docs, write_plot  # bench/report.py, beside this file
+    from proxy_overhead_report import render_table, update_docs, write_plot  # beside this file
 
-    with tempfile.TemporaryDirectory(prefix="dragoman-bench-") as tmp:
-        data = run(args, Path(tmp))
-    command = "python bench/proxy_overhead.py " + " ".join(sys.argv[1:])
+    saved = BENCH / "results" / "proxy_overhead.json"
+    if args.from_results:
+        data = json.loads(saved.read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="dragoman-bench-") as tmp:
+            data = run(args, Path(tmp))
+        data["command"] = " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(__file__, ROOT), *sys.argv[1:]])
+        saved.parent.mkdir(exist_ok=True)
+        saved.write_text(json.dumps(data, indent=2))
+    command = data.get("command", "python bench/proxy_overhead.py")
     table = render_table(data)
     print(table)
-    (BENCH / "results").mkdir(exist_ok=True)
-    (BENCH / "results" / "proxy_overhead.json").write_text(json.dumps(data, indent=2))
     if args.write_docs:
         plot = write_plot(data, ROOT / "docs" / "proxy_overhead.png")
         update_docs(ROOT / "docs" / "benchmarks.md", table, command.strip(), plot.name, data)

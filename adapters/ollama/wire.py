@@ -17,6 +17,8 @@ import msgspec
 from msgspec import Meta
 
 UnitInterval = Annotated[float, Meta(ge=0.0, le=1.0)]
+# JSON integers are unbounded; Ollama (Go) and our backends take 64 bits.
+Int64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 
 # -- request ---------------------------------------------------------------------------
 
@@ -58,17 +60,17 @@ class ChatMessage(msgspec.Struct, omit_defaults=True):
 class ModelOptions(msgspec.Struct, omit_defaults=True):
     """The seed spec's options plus the two penalties Ollama also takes."""
 
-    seed: int | None = None
+    seed: Int64 | None = None
     temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
-    top_k: Annotated[int, Meta(ge=0)] | None = None
+    top_k: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
     top_p: UnitInterval | None = None
     min_p: UnitInterval | None = None
     # A single string is accepted as a list of one.
     stop: list[str] | str | None = None
-    num_ctx: int | None = None
-    num_predict: int | None = None
+    num_ctx: Int64 | None = None
+    num_predict: Int64 | None = None
     repeat_penalty: float | None = None
-    repeat_last_n: int | None = None
+    repeat_last_n: Int64 | None = None
     tfs_z: float | None = None
     mirostat: Literal[0, 1, 2] | None = None
     mirostat_tau: float | None = None

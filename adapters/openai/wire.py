@@ -17,6 +17,8 @@ from msgspec import Meta
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, Meta(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
+# JSON integers are unbounded; backends take 64 bits (past that, serialization fails).
+Int64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 
 # -- requests from clients ---------------------------------------------------------------
 
@@ -106,11 +108,11 @@ class ChatCompletionRequest(msgspec.Struct):
     messages: list[ChatCompletionMessage]
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: Int64 | None = None
+    max_completion_tokens: Int64 | None = None
     frequency_penalty: Penalty | None = None
     presence_penalty: Penalty | None = None
-    seed: int | None = None
+    seed: Int64 | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -127,9 +129,10 @@ class ChatCompletionRequest(msgspec.Struct):
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
-    # Extra body fields as vLLM takes them; Ollama's own sampling knobs.
-    top_k: int | None = None
-    min_p: float | None = None
+    # Extra body fields as vLLM takes them; Ollama's own sampling knobs, in Ollama's
+    # ranges (a request must mean the same whichever backend or upstream answers it).
+    top_k: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    min_p: TopP | None = None
     repeat_penalty: float | None = None
     # Extension: seconds, or a Go duration string as Ollama's ``keep_alive``.
     keep_alive: float | str | None = None

@@ -17,6 +17,8 @@ from backends.onnx.protocol import Processing
 from backends.onnx.sampling import DEFAULT_PENALTY_WINDOW
 
 NEG_INF = np.float32(-np.inf)
+TFS_CANDIDATES = (1024, 8192)  # heads tail-free sampling sorts before the whole vocabulary
+MIROSTAT1_M = 100  # top tokens mirostat 1 estimates the Zipf exponent from (the paper's m)
 
 
 def apply_penalties(
@@ -54,21 +56,43 @@ def min_p_mask(logits: np.ndarray, min_p: float) -> np.ndarray:
 
 def tail_free_mask(logits: np.ndarray, z: float) -> np.ndarray:
     """Tail-free sampling: cut where the curvature of the sorted probabilities has
-    accumulated ``z`` of its mass (llama.cpp's algorithm, keeping at least one)."""
-    order = np.argsort(-logits)
-    probs = _softmax(logits[order])
-    if probs.size < 3:
+    accumulated ``z`` of its mass (llama.cpp's algorithm, keeping at least one).
+
+    Sorting the whole vocabulary costs milliseconds a token, so only a head of the
+    most likely tokens is sorted (``TFS_CANDIDATES``); the curvature of the rest is at
+    most twice the smallest probability sorted, and while that bound could move the
+    cut, a longer head is tried, then the whole vocabulary. The result is the exact one."""
+    probs_all = _softmax(logits)
+    if probs_all.size < 3:
         return logits
-    curvature = np.abs(np.diff(probs, n=2))
-    total = curvature.sum()
-    if total <= 0:
+    for k in (*TFS_CANDIDATES, probs_all.size):
+        candidates = _top(probs_all, k)
+        cut = _tail_free_cut(probs_all[candidates], z, partial=candidates.size < probs_all.size)
+        if cut is not None:
+            break
+    if cut is None or cut >= probs_all.size:
         return logits
-    cumulative = np.cumsum(curvature / total)
-    over = np.nonzero(cumulative > z)[0]
-    keep = int(over[0]) + 1 if over.size else probs.size
     out = np.full_like(logits, NEG_INF)
-    out[order[:keep]] = logits[order[:keep]]
+    out[candidates[:cut]] = logits[candidates[:cut]]
     return out
+
+
+def _tail_free_cut(probs: np.ndarray, z: float, *, partial: bool) -> int | None:
+    """How many of the sorted ``probs`` to keep; None when ``probs`` is only the head
+    of the distribution and the unseen tail's curvature could change the answer."""
+    curvature = np.abs(np.diff(probs, n=2))
+    known = curvature.sum()
+    unseen = 2.0 * float(probs[-2]) if partial else 0.0  # Σ|Δ²p| over a falling tail ≤ 2·its first p
+    if known + unseen <= 0:  # a flat distribution: nothing to cut
+        return None if partial else probs.size
+    cumulative = np.cumsum(curvature)
+    low = np.nonzero(cumulative > z * known)[0]
+    if not partial:
+        return int(low[0]) + 1 if low.size else probs.size
+    high = np.nonzero(cumulative > z * (known + unseen))[0]
+    if low.size and high.size and low[0] == high[0]:
+        return int(low[0]) + 1
+    return None
 
 
 class Mirostat:
@@ -83,26 +107,31 @@ class Mirostat:
         self.rng = np.random.default_rng(seed)
 
     def choose(self, logits: np.ndarray) -> int:
-        order = np.argsort(-logits)
-        probs = _softmax(logits[order] / self.temperature)
+        probs_all = _softmax(logits / self.temperature)
         if self.version == 1:
-            keep = self._v1_k(probs)
+            head = probs_all[_top(probs_all, MIROSTAT1_M)]
+            keep = self._v1_k(head, probs_all.size)
+            order = _top(probs_all, keep)
         else:
-            keep = max(1, int(np.count_nonzero(-np.log2(np.maximum(probs, 1e-30)) <= self.mu)))
+            # Only tokens under the surprise ceiling ``mu`` are kept: sort just those.
+            ceiling = -np.log2(np.maximum(probs_all, 1e-30)) <= self.mu
+            order = np.flatnonzero(ceiling)
+            order = order[np.argsort(-probs_all[order])] if order.size else _top(probs_all, 1)
+            keep = order.size
+        probs = probs_all[order]
         kept = probs[:keep] / probs[:keep].sum()
         pick = int(self.rng.choice(keep, p=kept))
         surprise = -math.log2(max(float(kept[pick]), 1e-30))
         self.mu -= self.eta * (surprise - self.tau)
         return int(order[pick])
 
-    def _v1_k(self, probs: np.ndarray, m: int = 100) -> int:
-        top = probs[: min(m, probs.size)]
+    def _v1_k(self, top: np.ndarray, n: int) -> int:
+        """``top``: the largest probabilities, sorted; ``n``: the vocabulary size."""
         i = np.arange(top.size - 1, dtype=np.float64)
         t = np.log((i + 2) / (i + 1))
         b = np.log(np.maximum(top[:-1], 1e-30) / np.maximum(top[1:], 1e-30))
         s_hat = float((t * b).sum() / max((t * t).sum(), 1e-30))
         eps = s_hat - 1
-        n = probs.size
         try:
             k = ((eps * 2**self.mu) / (1 - n ** (-eps))) ** (1 / s_hat)
         except (OverflowError, ZeroDivisionError):
@@ -146,6 +175,14 @@ class LogitsProcessor:
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits.astype(np.float64) - logits.max()
     return shifted - np.log(np.exp(shifted).sum())
+
+
+def _top(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest ``values``, largest first, without sorting the rest."""
+    if k >= values.size:
+        return np.argsort(-values)
+    head = np.argpartition(-values, k - 1)[:k]
+    return head[np.argsort(-values[head])]
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

@@ -32,8 +32,8 @@ from backends.upstream.exchange import (
     open_reply,
     read_rest,
 )
-from backends.upstream.watch import ReadWatch
 from backends.upstream.settings import UpstreamSettings
+from backends.upstream.watch import ReadWatch
 from config import ModelRoute
 
 log = structlog.get_logger("dragoman.upstream")
@@ -77,7 +77,8 @@ class HttpUpstreamBackend:
     # -- dialect hooks ------------------------------------------------------------------
 
     def encode_request(self, request: ChatRequest, model: str) -> bytes:
-        """The streaming chat body for the upstream, which knows the model as ``model``."""
+        """The chat body for the upstream, which knows the model as ``model``; it asks
+        for a stream when the client did."""
         raise NotImplementedError
 
     def decoder(self) -> StreamDecoder:

@@ -3,11 +3,13 @@
 Over HTTP (a real server with the scripted backend): never a 5xx, never a traceback, a
 4xx always in the caller's error shape, a 200 always a whole, well-formed reply. On the
 pure path: decoding and ``to_canonical`` either succeed or raise
-``msgspec.ValidationError`` / ``RequestError`` — nothing else.
+``msgspec.ValidationError`` / ``RequestError`` — nothing else — and what they accept a
+backend worker can carry and an upstream of either dialect accepts in turn.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -15,23 +17,24 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters import ollama, openai
+from adapters.canonical import SamplingOptions
 from adapters.errors import RequestError
+from tests.fuzz.replies import check_ollama_reply, check_openai_reply
 from tests.fuzz.strategies import bodies, json_values, served_bodies
-from tests.fuzz.frames import ndjson_lines, sse_payloads
+from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer
 
 HTTP_FUZZ = settings(
     max_examples=120, deadline=None, database=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-PURE_FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+PURE_FUZZ = settings(max_examples=200, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 JSON = {"Content-Type": "application/json"}
-REPLY_TEXT = "Hello, world"  # what the scripted backend says to anything but a script name
 
 
 @pytest.fixture(scope="module")
@@ -45,43 +48,6 @@ raw_bodies = st.one_of(
     st.sampled_from([b"", b"{", b"[]", b"null", b'{"model": NaN}', b'{"model": "scripted", "temperature": Infinity}',
                      b"\xef\xbb\xbf{}", b'{"model": "scripted", "messages": [{"role": "user", "content": "\\ud800"}]}']),
 )
-
-
-def check_openai_reply(response: httpx.Response) -> None:
-    status, text = response.status_code, response.text
-    event(f"status {status}")  # shown by --hypothesis-show-statistics: is the 200 path reached?
-    assert status < 500, text
-    assert "Traceback" not in text and 'File "' not in text
-    if status >= 400:
-        body = response.json()
-        assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-        return
-    assert status == 200
-    if response.headers["content-type"].startswith("text/event-stream"):
-        payloads = sse_payloads(response.content)
-        assert not any("error" in p for p in payloads), payloads
-        content = "".join(p["choices"][0]["delta"].get("content") or "" for p in payloads if p["choices"])
-    else:
-        content = response.json()["choices"][0]["message"]["content"]
-    assert content == REPLY_TEXT
-
-
-def check_ollama_reply(response: httpx.Response) -> None:
-    status, text = response.status_code, response.text
-    event(f"status {status}")
-    assert status < 500, text
-    assert "Traceback" not in text and 'File "' not in text
-    if status >= 400:
-        body = response.json()
-        assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"], body
-        return
-    assert status == 200
-    lines = ndjson_lines(response.content) if "ndjson" in response.headers["content-type"] else [response.json()]
-    assert not any("error" in line for line in lines), lines
-    assert lines[-1]["done"] is True and all(not line["done"] for line in lines[:-1])
-    if lines[-1]["done_reason"] not in ("load", "unload"):  # empty messages: a load request
-        assert "".join(line["message"]["content"] for line in lines) == REPLY_TEXT
 
 
 ROUTES = [
@@ -106,7 +72,7 @@ def test_chat_route_answers_any_body_cleanly(
 
 @settings(HTTP_FUZZ, max_examples=40)
 @given(raw=st.one_of(raw_bodies, json_values.map(lambda v: json.dumps(v).encode())))
-def test_routes_answer_bytes_that_are_not_json_cleanly(client: httpx.Client, raw: bytes) -> None:
+def test_routes_answer_raw_bytes_cleanly(client: httpx.Client, raw: bytes) -> None:
     check_openai_reply(client.post("/v1/chat/completions", content=raw, headers=JSON))
     check_ollama_reply(client.post("/api/chat", content=raw, headers=JSON))
 
@@ -119,15 +85,80 @@ DECODE_PATHS = [
 ]
 
 
+def beyond_openai_penalties(options: SamplingOptions) -> bool:
+    """Ollama takes any penalty, OpenAI only -2..2: a real difference between the two
+    APIs, which an OpenAI upstream reports itself (its 400 passes through)."""
+    return any(p is not None and abs(p) > 2 for p in (options.frequency_penalty, options.presence_penalty))
+
+
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "lax as Litestar decodes"])
 @pytest.mark.parametrize(("dialect", "wire_type", "to_canonical"), DECODE_PATHS, ids=[p[0] for p in DECODE_PATHS])
-def test_decoders_raise_only_their_own_errors(dialect: str, wire_type: type, to_canonical: Any, strict: bool) -> None:
+def test_decoders_refuse_cleanly_and_accept_only_what_backends_take(dialect: str, wire_type: type, to_canonical: Any, strict: bool) -> None:
     @PURE_FUZZ
-    @given(body=bodies(wire_type))
+    @given(body=st.one_of(bodies(wire_type), served_bodies(wire_type)))
     def decode(body: Any) -> None:
         try:
-            to_canonical(msgspec.convert(body, wire_type, strict=strict))
+            request = to_canonical(msgspec.convert(body, wire_type, strict=strict))
         except (msgspec.ValidationError, RequestError):
-            pass
+            return
+        # Typed knobs go to a backend worker over msgpack (64-bit integers only) and
+        # keep_alive becomes an unload timer: both must be representable.
+        msgspec.msgpack.encode(request.options)
+        if request.keep_alive is not None and request.keep_alive >= 0:
+            dt.timedelta(seconds=request.keep_alive)
+        # An upstream of either dialect accepts what the client got accepted, so a request
+        # means the same whichever backend answers it.
+        ollama.to_canonical(msgspec.json.decode(ollama.to_upstream(request, "m"), type=ollama.ChatRequest))
+        if not beyond_openai_penalties(request.options):
+            sent, _ = openai.to_upstream(request, "m", extra_options=True)
+            openai.to_canonical(msgspec.json.decode(sent, type=openai.ChatCompletionRequest))
 
     decode()
+
+
+# -- regressions the fuzzing found ----------------------------------------------------------------
+
+
+def hi(**fields: Any) -> dict[str, Any]:
+    return {"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "stream": False, **fields}
+
+
+# Accepted before, then a 500 in a backend (msgpack takes 64-bit integers only; log of a
+# negative min_p) or, through an Ollama upstream, a 400 naming a field the client never sent.
+OUT_OF_RANGE = [
+    ("seed past 64 bits", "/v1/chat/completions", hi(seed=2**64), "seed"),
+    ("max_tokens past 64 bits", "/v1/chat/completions", hi(max_tokens=-(2**63) - 1), "max_tokens"),
+    ("top_k negative", "/v1/chat/completions", hi(top_k=-1), "top_k"),
+    ("min_p below 0", "/v1/chat/completions", hi(min_p=-1.0), "min_p"),
+    ("min_p above 1", "/v1/chat/completions", hi(min_p=1.5), "min_p"),
+    ("options.seed past 64 bits", "/api/chat", hi(options={"seed": 2**64}), "options.seed"),
+    ("options.num_ctx past 64 bits", "/api/chat", hi(options={"num_ctx": 10**30}), "options.num_ctx"),
+    ("options.repeat_last_n past 64 bits", "/api/chat", hi(options={"repeat_last_n": 10**30}), "options.repeat_last_n"),
+    ("options.top_k past 64 bits", "/api/chat", hi(options={"top_k": 2**63}), "options.top_k"),
+]
+
+
+@pytest.mark.parametrize(("name", "path", "body", "field"), OUT_OF_RANGE, ids=[c[0] for c in OUT_OF_RANGE])
+def test_out_of_range_numbers_are_400_naming_the_field(
+    client: httpx.Client, name: str, path: str, body: dict[str, Any], field: str
+) -> None:
+    response = client.post(path, content=msgspec.json.encode(body), headers=JSON)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    message = error if isinstance(error, str) else error["message"]
+    assert message.startswith(f"{field}: "), message
+
+
+# A keep_alive no clock can schedule (timedelta overflowed: a 500) means forever.
+FOREVER = [
+    ("seconds past a century", "/api/chat", hi(keep_alive=1e300)),
+    ("the largest 64-bit integer", "/api/chat", hi(keep_alive=2**63 - 1)),
+    ("a duration string in hours", "/api/chat", hi(keep_alive="99999999999h")),
+    ("openai extension field", "/v1/chat/completions", hi(keep_alive=1e300)),
+]
+
+
+@pytest.mark.parametrize(("name", "path", "body"), FOREVER, ids=[c[0] for c in FOREVER])
+def test_endless_keep_alive_means_forever(client: httpx.Client, name: str, path: str, body: dict[str, Any]) -> None:
+    assert client.post(path, content=msgspec.json.encode(body), headers=JSON).status_code == 200
+    assert ScriptedBackend.last_request is not None and ScriptedBackend.last_request.keep_alive == -1.0

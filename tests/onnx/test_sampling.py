@@ -125,3 +125,52 @@ def test_processor_forces_the_mirostat_choice() -> None:
 
 def test_log_softmax_normalises() -> None:
     assert np.isclose(np.exp(log_softmax(LOGITS)).sum(), 1.0)
+
+
+# Vocabulary-sized rows: a peaked one like a model's, a Zipf-like one, a nearly flat one.
+_RNG = np.random.default_rng(11)
+VOCAB_ROWS = [
+    ("peaked", np.where(np.arange(49152) < 5, 12.0, 0.0).astype(np.float32) + _RNG.normal(size=49152).astype(np.float32)),
+    ("zipf", (-1.1 * np.log1p(_RNG.permutation(49152))).astype(np.float32)),
+    ("nearly flat", (0.3 * _RNG.normal(size=49152)).astype(np.float32)),
+]
+
+
+def _tail_free_by_full_sort(logits: np.ndarray, z: float) -> np.ndarray:
+    """The textbook algorithm, sorting every token: what the head-only sort must equal."""
+    order = np.argsort(-logits)
+    probs = np.exp(logits[order].astype(np.float64) - logits.max())
+    probs /= probs.sum()
+    curvature = np.abs(np.diff(probs, n=2))
+    cumulative = np.cumsum(curvature / curvature.sum())
+    over = np.nonzero(cumulative > z)[0]
+    keep = int(over[0]) + 1 if over.size else probs.size
+    kept = np.zeros(logits.size, dtype=bool)
+    kept[order[:keep]] = True
+    return kept
+
+
+@pytest.mark.parametrize("z", [0.5, 0.95, 0.99])
+@pytest.mark.parametrize(("name", "row"), VOCAB_ROWS, ids=[name for name, _ in VOCAB_ROWS])
+def test_tail_free_head_sort_is_exact(name: str, row: np.ndarray, z: float) -> None:
+    assert (np.isfinite(tail_free_mask(row, z)) == _tail_free_by_full_sort(row, z)).all()
+
+
+def _mirostat2_by_full_sort(logits: np.ndarray, steps: int, seed: int) -> list[int]:
+    rng, mu, picks = np.random.default_rng(seed), 10.0, []
+    for _ in range(steps):
+        order = np.argsort(-logits)
+        probs = np.exp(logits[order].astype(np.float64) - logits.max())
+        probs /= probs.sum()
+        keep = max(1, int(np.count_nonzero(-np.log2(np.maximum(probs, 1e-30)) <= mu)))
+        kept = probs[:keep] / probs[:keep].sum()
+        pick = int(rng.choice(keep, p=kept))
+        mu -= 0.1 * (-np.log2(max(float(kept[pick]), 1e-30)) - 5.0)
+        picks.append(int(order[pick]))
+    return picks
+
+
+@pytest.mark.parametrize(("name", "row"), VOCAB_ROWS, ids=[name for name, _ in VOCAB_ROWS])
+def test_mirostat2_sorting_only_the_kept_tokens_is_exact(name: str, row: np.ndarray) -> None:
+    mirostat = Mirostat(2, tau=5.0, eta=0.1, temperature=1.0, seed=4)
+    assert [mirostat.choose(row) for _ in range(20)] == _mirostat2_by_full_sort(row, 20, seed=4)
