@@ -215,7 +215,7 @@ class OnnxBackend:
             tokens=self._tokenizer_facts()[0],
         )
         options = request.options
-        search, processing = plan_sampling(options)
+        search, processing = plan_sampling(options, vocab_size=self._model_facts().vocab_size)
         markers = [m for m, on in ((CALL_OPEN, tools_active), (THINK_OPEN, thinking)) if on]
         start = Start(
             request_id=request_id,

@@ -21,6 +21,7 @@ class ModelFacts(msgspec.Struct, frozen=True):
     quantization_level: str = ""
     context_length: int | None = None
     size: int = 0
+    vocab_size: int | None = None
 
 
 def read_model_facts(model_dir: Path) -> ModelFacts:
@@ -34,6 +35,7 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
         quantization_level=str(marker.get("quantization_level") or ""),
         context_length=int(context) if isinstance(context, int) else None,
         size=model_size(model_dir),
+        vocab_size=model["vocab_size"] if isinstance(model.get("vocab_size"), int) else None,
     )
 
 

@@ -13,10 +13,11 @@ from backends.onnx.protocol import Processing, Search
 DEFAULT_PENALTY_WINDOW = 64  # tokens, as Ollama's repeat_last_n
 
 
-def plan_sampling(options: SamplingOptions) -> tuple[Search, Processing]:
+def plan_sampling(options: SamplingOptions, *, vocab_size: int | None = None) -> tuple[Search, Processing]:
     """Options already merged with the model's defaults. Temperature 0 or unset is
     greedy; ``repeat_penalty`` is the library's over the whole sequence unless
     ``repeat_last_n`` narrows it (then the worker applies it to that window)."""
+    seed = library_seed(options.seed)
     sampling = bool(options.temperature)  # None and 0.0 are greedy
     window = options.repeat_last_n
     repeat = _unless(options.repeat_penalty, 1.0)
@@ -34,7 +35,7 @@ def plan_sampling(options: SamplingOptions) -> tuple[Search, Processing]:
         mirostat_tau=options.mirostat_tau if options.mirostat_tau is not None else 5.0,
         mirostat_eta=options.mirostat_eta if options.mirostat_eta is not None else 0.1,
         temperature=options.temperature or 1.0,
-        seed=options.seed,
+        seed=seed,
     )
     if processing.mirostat:
         # The worker picks the token itself and masks every other one.
@@ -43,9 +44,9 @@ def plan_sampling(options: SamplingOptions) -> tuple[Search, Processing]:
         do_sample=sampling,
         temperature=options.temperature if sampling else None,
         top_p=options.top_p if sampling else None,
-        top_k=options.top_k if sampling and options.top_k else None,
+        top_k=_top_k(options.top_k, vocab_size) if sampling else None,
         repetition_penalty=None if own_repeat else repeat,
-        random_seed=options.seed if sampling else None,
+        random_seed=seed if sampling else None,
     )
     return search, processing
 
@@ -68,6 +69,23 @@ def max_new_tokens(options: SamplingOptions) -> int | None:
     if options.num_predict is None or options.num_predict < 0:
         return None
     return options.num_predict
+
+
+def library_seed(seed: int | None) -> int | None:
+    """The library takes a non-negative int32; a negative seed means "random", as
+    Ollama's -1. Larger seeds fold into range (the same seed still gives the same output)."""
+    if seed is None or seed < 0:
+        return None
+    return seed % 2**31
+
+
+def _top_k(top_k: int | None, vocab_size: int | None) -> int | None:
+    """0 is "off" (Ollama); a k past the vocabulary is the whole vocabulary, as Ollama clamps."""
+    if not top_k:
+        return None
+    if vocab_size is not None and top_k >= vocab_size:
+        return None
+    return top_k
 
 
 def _unless(value: float | None, neutral: float) -> float | None:

@@ -174,3 +174,19 @@ def _mirostat2_by_full_sort(logits: np.ndarray, steps: int, seed: int) -> list[i
 def test_mirostat2_sorting_only_the_kept_tokens_is_exact(name: str, row: np.ndarray) -> None:
     mirostat = Mirostat(2, tau=5.0, eta=0.1, temperature=1.0, seed=4)
     assert [mirostat.choose(row) for _ in range(20)] == _mirostat2_by_full_sort(row, 20, seed=4)
+
+
+@pytest.mark.parametrize(
+    ("seed", "want"),
+    [(None, None), (-1, None), (0, 0), (42, 42), (2**31 - 1, 2**31 - 1), (2**31, 0), (2**63 - 1, 2**31 - 1)],
+)
+def test_seeds_fold_into_the_library_range(seed: int | None, want: int | None) -> None:
+    from backends.onnx.sampling import library_seed
+
+    assert library_seed(seed) == want
+
+
+@pytest.mark.parametrize(("top_k", "want"), [(None, None), (0, None), (40, 40), (49151, 49151), (49152, None), (10**9, None)])
+def test_top_k_past_the_vocabulary_is_the_whole_vocabulary(top_k: int | None, want: int | None) -> None:
+    search, _ = plan_sampling(SamplingOptions(temperature=0.7, top_k=top_k), vocab_size=49152)
+    assert search.top_k == want

@@ -189,3 +189,10 @@ def test_ready_fails_for_a_missing_model(tmp_path: Path) -> None:
     assert r.status_code == 503
     check = r.json()["checks"][1]
     assert check["ok"] is False and "dragoman models prepare" in check["detail"]
+
+
+def test_same_seed_same_output_for_any_seed(ol: ollama.Client) -> None:
+    options = {"temperature": 0.9, "seed": 2**40 + 7, "top_k": 10**6, "num_predict": 12}
+    first = ol.chat(model="smollm2:135m", messages=QUESTION, options=options).message.content
+    second = ol.chat(model="smollm2:135m", messages=QUESTION, options=options).message.content
+    assert first == second and first
