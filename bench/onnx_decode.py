@@ -222,7 +222,7 @@ class RssWatch:
         self.interval = interval
         self.peak_server = 0
         self.peak_worker = 0
-        self.timeline: list[tuple[float, float, float]] = []  # (s, server MiB, worker MiB)
+        self.timeline: list[tuple[float, float, float]] = []  # (s, server MiB, worker MiB) every 0.5 s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.began = time.monotonic()
@@ -250,7 +250,9 @@ class RssWatch:
                 continue
             self.peak_server = max(self.peak_server, server)
             self.peak_worker = max(self.peak_worker, worker)
-            self.timeline.append((round(time.monotonic() - self.began, 2), server / MiB, worker / MiB))
+            elapsed = time.monotonic() - self.began
+            if not self.timeline or elapsed - self.timeline[-1][0] >= 0.5:  # peaks from every sample, a plot from a few
+                self.timeline.append((round(elapsed, 2), round(server / MiB, 1), round(worker / MiB, 1)))
 
 
 # -- the event-loop prober (its own process) ---------------------------------------------------

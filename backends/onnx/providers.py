@@ -130,9 +130,9 @@ def load_model(
 def _session_overlay(threads: int | None) -> str:
     """Decoder session options. Spinning is off: by default the intra-op pool takes
     every core, and threads spinning between token steps starve the gateway process
-    that must forward each token (bench/onnx_decode.py: single-stream decode over HTTP
-    went from about 0.93x to about 1.07x the raw loop on 2 cores, with TTFT and
-    aggregate throughput unchanged)."""
+    that must forward each token (single-stream decode over HTTP against a raw loop,
+    2 cores: 0.93x -> 1.08x on a busy machine, 1.05x -> 1.07x on a quiet one; TTFT and
+    aggregate throughput unchanged; see docs/benchmarks.md)."""
     import json
 
     options: dict[str, int | str] = {"session.intra_op.allow_spinning": "0"}

@@ -65,7 +65,8 @@ class HttpUpstreamBackend:
         # Connect bounded here; every later wait by our own deadlines (exchange.py).
         self._timeout = httpx.Timeout(connect=s.connect_timeout, read=None, write=s.idle_timeout, pool=None)
         self._secret = s.secret_key
-        self._headers = {"content-type": "application/json"}
+        # Bodies are read raw, chunk by chunk: ask for them uncompressed.
+        self._headers = {"content-type": "application/json", "accept-encoding": "identity"}
         if self._secret:
             self._headers["authorization"] = Secret(f"Bearer {self._secret}")
         self._first_byte_silence = f"{s.first_byte_timeout:g}s (first_byte_timeout)"
@@ -210,7 +211,7 @@ class HttpUpstreamBackend:
                 try:
                     chunk = await watch.read(reply.chunks)
                 except TimeoutError:
-                    seconds = self.settings.idle_timeout if watch.expired == "idle_timeout" else self.settings.total_timeout
+                    seconds = getattr(self.settings, watch.expired or "idle_timeout")
                     reason = f"sent nothing for {seconds:g}s ({watch.expired})"
                     self.pool.failed(endpoint, reason)
                     yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=504)

@@ -47,7 +47,7 @@ def gateway(good: ReplayServer, bad: ReplayServer) -> Iterator[RunningServer]:
             backend: openai
             endpoints: [{bad.url}/v1, {good.url}/v1]
             max_failures: 2
-            cooldown: 0.5
+            cooldown: 1.0
           - name: ha-limited
             backend: openai
             endpoints: [{bad.url}/v1, {good.url}/v1]
@@ -91,7 +91,7 @@ def test_5xx_fails_over_and_a_failing_endpoint_is_skipped_for_a_cooldown(
     assert {r.json()["choices"][0]["message"]["content"] for r in replies} == {HELLO}
     # Tried in turn until it failed max_failures (2) times in a row, then skipped.
     assert len(bad.requests_for("ha-busy")) == 2
-    time.sleep(0.6)  # the cooldown passes: one request tries it again, and it fails again
+    time.sleep(1.1)  # the cooldown passes: one request tries it again, and it fails again
     assert all(ask(gateway, "ha-busy").status_code == 200 for _ in range(4))
     assert len(bad.requests_for("ha-busy")) == 3
 

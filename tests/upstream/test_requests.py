@@ -82,6 +82,14 @@ CASES = [
      {"model": "oa-text", "top_k": 40, "repeat_penalty": 1.1, "frequency_penalty": None}),
     ("openai -> ollama", "/v1/chat/completions", {**OPENAI_REQUEST, "response_format": {"type": "json_object"}}, "to-ollama", {
         "model": "ol-thinking",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is this?", "images": [PNG_B64]},  # the data URI's base64
+            {"role": "assistant", "tool_calls": [  # arguments as an object
+                {"id": "call_1", "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Oslo"}}}
+            ]},
+            {"role": "tool", "content": "-3 C", "tool_name": "get_weather", "tool_call_id": "call_1"},  # name looked up
+        ],
         "options": {"temperature": 0.2, "top_p": 0.9, "num_predict": 64, "stop": ["END"], "seed": 7,
                     "presence_penalty": 0.5, "frequency_penalty": 0.25},
         "format": "json", "think": "low", "stream": False,
@@ -105,6 +113,7 @@ def test_what_the_upstream_receives(
     response = httpx.post(gateway.url + path, json={**request_body, "model": entry, "stream": False}, timeout=10)
     assert response.status_code == 200, response.text
     [received] = upstream.received[before:]
+    assert received.headers["accept-encoding"] == "identity"  # bodies are read raw, chunk by chunk
     body = received.json()
     if name.endswith("only the model name changes") and entry == "to-openai":
         assert body == expected
