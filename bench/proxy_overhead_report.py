@@ -88,9 +88,10 @@ def write_plot(data: dict[str, Any], path: Path) -> Path:
         ax.set_yscale("log")
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8, loc="lower left")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(targets), fontsize=8, frameon=False)
     fig.suptitle(f"Proxy overhead: canned upstream, {data['chunks']}-chunk streams — {data['machine']}", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
@@ -106,7 +107,9 @@ def update_docs(path: Path, table: str, command: str, plot_name: str, data: dict
         f"started as `dragoman serve` does (uvicorn, JSON access log to a file), LiteLLM's proxy (one worker,\n"
         f"in its own venv), and a closed-loop load generator; {data['duration']:g} s measured per row after a warm-up.\n"
         f"All processes share the same cores, so the figures are ratios measured side by side, not absolutes.\n"
-        f"LiteLLM, matplotlib and uvloop live in a separate, git-ignored venv, never in the server's:\n\n"
+        f"At c=64 the load is closed-loop, so latency there is mostly queueing: compare req/s.\n"
+        f"The benchmark's own tools (LiteLLM, matplotlib; uvloop and aiohttp for the load generator and the\n"
+        f"canned upstream) live in a separate, git-ignored venv, never in the server's:\n\n"
         f"```\npython3 -m venv .bench-venv && .bench-venv/bin/pip install 'litellm[proxy]' matplotlib uvloop aiohttp\n"
         f"{command}\n```\n\n{table}\n\n![proxy overhead]({plot_name})\n"
     )
