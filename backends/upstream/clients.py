@@ -9,10 +9,13 @@ loop that opened them) and reference-counted, so the last entry to close closes 
 from __future__ import annotations
 
 import asyncio
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 from httpx_aiohttp import HttpxAiohttpClient
+from httpx_aiohttp.transport import AiohttpTransport
 
 # Below the 5 s that uvicorn (vLLM), llama-server and most proxies wait before closing
 # an idle connection, so a request is never sent on a socket the server is closing.
@@ -44,8 +47,20 @@ def new_client(max_connections: int) -> httpx.AsyncClient:
         max_keepalive_connections=max_connections,
         keepalive_expiry=KEEPALIVE_EXPIRY,
     )
+
+    def session() -> aiohttp.ClientSession:
+        # A shared client must not carry one caller's upstream cookies into another's
+        # request: neither aiohttp nor httpx may keep any.
+        connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_EXPIRY)
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
     # No client-wide timeout: each request carries its own (see exchange.py).
-    return HttpxAiohttpClient(limits=limits, timeout=None, follow_redirects=False)
+    return HttpxAiohttpClient(
+        transport=AiohttpTransport(limits=limits, client=session),
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+        timeout=None,
+        follow_redirects=False,
+    )
 
 
 class ClientLease:

@@ -33,7 +33,6 @@ def test_root_and_head(scripted_server: RunningServer) -> None:
 def test_version(scripted_server: RunningServer) -> None:
     body = httpx.get(scripted_server.url + "/api/version").json()
     assert body["version"].count(".") == 2
-    assert ollama.Client(host=scripted_server.url).ps().models == []
 
 
 def test_request_id_is_echoed_or_generated(scripted_server: RunningServer) -> None:
@@ -140,10 +139,10 @@ def test_empty_messages_load_and_unload(scripted_server: RunningServer) -> None:
     client = ollama.Client(host=scripted_server.url)
     loaded = httpx.post(scripted_server.url + "/api/chat", json={"model": "scripted", "messages": []}).json()
     assert loaded["done_reason"] == "load" and loaded["done"] is True
-    assert [m.model for m in client.ps().models] == ["scripted"]
+    assert "scripted" in [m.model for m in client.ps().models]  # other tests may have loaded others
     unloaded = httpx.post(scripted_server.url + "/api/chat", json={"model": "scripted", "messages": [], "keep_alive": 0}).json()
     assert unloaded["done_reason"] == "unload"
-    assert client.ps().models == []
+    assert "scripted" not in [m.model for m in client.ps().models]
 
 
 def _wait_until(predicate: object, timeout: float = 5.0) -> bool:
