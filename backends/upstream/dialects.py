@@ -74,5 +74,13 @@ class OllamaBackend(HttpUpstreamBackend):
     def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
         return parse_ollama_tags(body)
 
+    async def load(self, model: str, keep_alive: float | None) -> None:
+        """Ollama's own contract: a chat with no messages loads (keep_alive 0: unloads)."""
+        async for _ in self.chat(ChatRequest(model=model, messages=[], keep_alive=keep_alive)):
+            pass
+
+    async def unload(self, model: str) -> None:
+        await self.load(model, 0.0)
+
 
 __all__ = ["OllamaBackend", "OpenAIBackend"]

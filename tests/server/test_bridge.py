@@ -109,3 +109,13 @@ def test_unreachable_upstream_is_502_naming_model_and_endpoint(bridge: RunningSe
     assert r.status_code == 502
     message = r.json()["error"]
     assert "dead" in message and "127.0.0.1:9" in message
+
+
+def test_load_and_unload_reach_an_ollama_upstream(bridge: RunningServer, scripted_server: RunningServer) -> None:
+    upstream = ollama.Client(host=scripted_server.url)
+    loaded = httpx.post(bridge.url + "/api/chat", json={"model": "via-ollama", "messages": []}).json()
+    assert loaded["done_reason"] == "load"
+    assert "scripted" in [m.model for m in upstream.ps().models]
+    unloaded = httpx.post(bridge.url + "/api/chat", json={"model": "via-ollama", "messages": [], "keep_alive": 0}).json()
+    assert unloaded["done_reason"] == "unload"
+    assert "scripted" not in [m.model for m in upstream.ps().models]
