@@ -15,6 +15,7 @@ import uvicorn
 
 from backends.registry import settings_type
 from config import Config, ConfigError, load_config, routing_table
+from proxy.logging import configure_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,10 +65,13 @@ def _load(path: Path | None) -> Config:
 
 def _serve(args: argparse.Namespace) -> int:
     from proxy.app import create_app
-    from proxy.logging import configure_logging
 
     config = _load(args.config)
     configure_logging(config.server.log_format, config.server.log_level)
+    problems = _preflight(config)
+    if problems:
+        print("dragoman: cannot start:\n" + "\n".join(f"  {p}" for p in problems), file=sys.stderr)
+        return 2
     if args.config is None and not _ensure_default_model():
         return 1
     host = args.host or config.server.host
@@ -109,6 +113,20 @@ class GracefulServer(uvicorn.Server):
         finally:
             for sig, handler in original.items():
                 signal.signal(sig, handler)
+
+
+def _preflight(config: Config) -> list[str]:
+    """Problems backends can see before serving (a backend class may offer
+    ``preflight(settings) -> str | None``)."""
+    from backends.registry import backend_class
+
+    problems = []
+    for route in config.models:
+        check = getattr(backend_class(route.config.backend), "preflight", None)
+        problem = check(route.settings) if check is not None else None
+        if problem:
+            problems.append(f"model '{route.config.name}': {problem}")
+    return problems
 
 
 def _ensure_default_model() -> bool:

@@ -50,3 +50,15 @@ def test_models_list_default_config() -> None:
     result = dragoman("models", "list")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].split("\t") == ["smollm2:135m", "onnx", "exact"]
+
+
+def test_serve_refuses_two_onnxruntime_genai_flavours(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from backends.onnx import providers
+    from proxy import cli
+
+    monkeypatch.setattr(providers, "installed_flavours", lambda: {"onnxruntime-genai": "0.18.0", "onnxruntime-genai-cuda": "0.18.0"})
+    monkeypatch.setattr("backends.onnx.backend.installed_flavours", providers.installed_flavours)
+    monkeypatch.setattr(cli, "configure_logging", lambda *args: None)
+    assert cli.main(["serve", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot start" in err and "pip uninstall -y" in err and "onnxruntime-genai" in err

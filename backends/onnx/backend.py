@@ -37,7 +37,7 @@ from backends.onnx.prepare import (
     prepare_in_subprocess,
 )
 from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
-from backends.onnx.providers import Provider, candidate_providers, installed_flavours
+from backends.onnx.providers import Provider, ProviderError, candidate_providers, installed_flavours
 from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import CancelRecord, OnnxSettings
 from backends.text.chat_template import load_chat_template, render_chat, special_tokens, supports_thinking
@@ -66,6 +66,16 @@ class OnnxBackend:
         self._facts: ModelFacts | None = None
         self._template: str | None = None
         self._tokens: tuple[dict[str, str], frozenset[str]] | None = None
+
+    @staticmethod
+    def preflight(settings: OnnxSettings) -> str | None:
+        """Checked before the server starts: a missing or doubled onnxruntime-genai
+        flavour is a problem to fix now, not at the first request."""
+        try:
+            candidate_providers(settings.provider, installed_flavours())
+        except ProviderError as exc:
+            return str(exc)
+        return None
 
     # -- discovery ---------------------------------------------------------------------
 
