@@ -121,6 +121,25 @@ class HttpUpstreamBackend:
     async def aclose(self) -> None:
         await self._clients.aclose()
 
+    def endpoint_health(self) -> dict[str, bool]:
+        """For ``/metrics``: which endpoints are in rotation (not cooling down)."""
+        return {e.label: self.pool.healthy(e) for e in self.pool.endpoints}
+
+    async def ready(self) -> tuple[bool, str]:
+        """For ``/health/ready``: some endpoint answers its model list."""
+        headers = {k: v for k, v in self._headers.items() if k != "content-type"}
+        problems = []
+        for endpoint in self.pool.order():
+            try:
+                await get_json_body(
+                    self._clients.client_for(endpoint.url), endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT
+                )
+            except DragomanError as exc:
+                problems.append(f"{endpoint.label}: {exc.message}")
+                continue
+            return True, f"{endpoint.label} reachable"
+        return False, "; ".join(problems)
+
     async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
         loop = asyncio.get_running_loop()
         s = self.settings

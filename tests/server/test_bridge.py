@@ -119,3 +119,13 @@ def test_load_and_unload_reach_an_ollama_upstream(bridge: RunningServer, scripte
     unloaded = httpx.post(bridge.url + "/api/chat", json={"model": "via-ollama", "messages": [], "keep_alive": 0}).json()
     assert unloaded["done_reason"] == "unload"
     assert "scripted" not in [m.model for m in upstream.ps().models]
+
+
+def test_ready_and_metrics_report_upstreams(bridge: RunningServer) -> None:
+    r = httpx.get(bridge.url + "/health/ready")
+    assert r.status_code == 503  # the "dead" entry's upstream is unreachable
+    checks = {c["name"]: c for c in r.json()["checks"]}
+    assert checks["model:via-openai"]["ok"] and checks["model:via-ollama"]["ok"]
+    assert checks["model:dead"]["ok"] is False and "127.0.0.1:9" in checks["model:dead"]["detail"]
+    metrics = httpx.get(bridge.url + "/metrics").text
+    assert 'dragoman_upstream_endpoint_healthy{endpoint="http://127.0.0.1:9/v1",model="dead"}' in metrics
