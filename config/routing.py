@@ -8,8 +8,19 @@ from config.schema import Config, ModelRoute
 
 
 def resolve(config: Config, name: str) -> ModelRoute | None:
-    """The route for ``name``, or None. Patterns are tried in file order, after every
-    exact name and alias, so a specific entry always beats a catch-all."""
+    """The route for ``name``, or None. Ollama clients treat ``NAME`` and ``NAME:latest``
+    as one model, so either spelling finds an entry written the other way."""
+    route = _resolve(config, name)
+    if route is None and name.endswith(":latest"):
+        route = _resolve(config, name.removesuffix(":latest"))
+    elif route is None and ":" not in name:
+        route = _resolve(config, name + ":latest")
+    return route
+
+
+def _resolve(config: Config, name: str) -> ModelRoute | None:
+    """Patterns are tried in file order, after every exact name and alias, so a
+    specific entry always beats a catch-all."""
     exact = {route.config.name: route for route in config.models if not route.config.is_pattern}
     if name in exact:
         return exact[name]

@@ -81,12 +81,20 @@ def test_documented_shape_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
         ("llama3.2:1b", "llama*"),  # glob
         ("remote-model", "remote-model"),
         ("mistral", None),
+        ("small:latest", "small"),  # Ollama's implicit tag
+        ("gpt-4o-mini:latest", "small"),
+        ("small:7b", None),
     ],
 )
 def test_routing(monkeypatch: pytest.MonkeyPatch, name: str, want: str | None) -> None:
     monkeypatch.setenv("DRAGOMAN_TEST_KEY", "k")
     route = resolve(parse(GOOD), name)
     assert (route.config.name if route else None) == want
+
+
+def test_untagged_name_finds_a_latest_entry() -> None:
+    config = parse("models:\n  - {name: 'qwen:latest', backend: remote, base_url: http://a}\n")
+    assert resolve(config, "qwen").config.name == "qwen:latest"
 
 
 def test_exact_name_beats_an_earlier_pattern() -> None:
