@@ -16,7 +16,6 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
@@ -27,21 +26,14 @@ from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.grammar import guidance_for
-from backends.onnx.model_info import ModelFacts, read_model_facts
+from backends.onnx.model_files import ModelFiles
 from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, OutputParser
-from backends.onnx.prepare import (
-    PrepareError,
-    default_model_path,
-    is_prepared,
-    missing_build_tools,
-    prepare_in_subprocess,
-)
+from backends.onnx.prepare import is_prepared, missing_build_tools
 from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
-from backends.onnx.providers import Provider, ProviderError, candidate_providers, installed_flavours
+from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
 from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import CancelRecord, OnnxSettings
-from backends.text.chat_template import load_chat_template, render_chat, special_tokens, supports_thinking
-from backends.onnx.vocab import special_token_contents
+from backends.text.chat_template import render_chat, supports_thinking
 
 log = logging.getLogger("dragoman.onnx")
 
@@ -62,10 +54,7 @@ class OnnxBackend:
         self._expiry: asyncio.TimerHandle | None = None
         self._unloading: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
-        self._candidates: list[Provider] | None = None
-        self._facts: ModelFacts | None = None
-        self._template: str | None = None
-        self._tokens: tuple[dict[str, str], frozenset[str]] | None = None
+        self.files = ModelFiles(self.name, self.settings, route.config.context_length)
 
     @staticmethod
     def preflight(settings: OnnxSettings) -> str | None:
@@ -80,13 +69,13 @@ class OnnxBackend:
     # -- discovery ---------------------------------------------------------------------
 
     def capabilities(self, model: str) -> Capabilities:
-        thinking = self.settings.reasoning_parser == "think" and supports_thinking(self._chat_template())
+        thinking = self.settings.reasoning_parser == "think" and supports_thinking(self.files.chat_template())
         return Capabilities(
             tools=self.settings.tool_parser != "none", vision=False, thinking=thinking, json_schema=True, logprobs=True
         )
 
     def details(self, model: str) -> ModelDetails:
-        facts = self._model_facts()
+        facts = self.files.facts()
         family = facts.family
         return ModelDetails(
             format="onnx",
@@ -95,15 +84,15 @@ class OnnxBackend:
             parameter_size=self.settings.parameter_size or facts.parameter_size,
             quantization_level=self.settings.quantization_level or facts.quantization_level,
             size=facts.size,
-            context_length=self._configured_context(),
-            template=self._chat_template(),
+            context_length=self.files.configured_context(),
+            template=self.files.chat_template(),
         )
 
     def loaded(self) -> list[LoadedModel]:
         worker = self._worker
         if worker is None or not worker.alive:
             return []
-        size = self._model_facts().size
+        size = self.files.facts().size
         on_device = worker.ready is not None and worker.ready.provider != "cpu"
         return [
             LoadedModel(
@@ -111,7 +100,7 @@ class OnnxBackend:
                 size=size,
                 size_vram=size if on_device else 0,
                 expires_at=self.expires_at,
-                context_length=self._configured_context(),
+                context_length=self.files.configured_context(),
                 details=self.details(self.name),
             )
         ]
@@ -123,10 +112,10 @@ class OnnxBackend:
         """For ``/health/ready``: loaded, or loadable from disk, or buildable on first use."""
         if self.worker_pid is not None:
             return True, "loaded"
-        model_dir = self._model_dir()
+        model_dir = self.files.folder()
         if is_prepared(model_dir) or (model_dir / "genai_config.json").is_file():
             return True, f"not loaded; loads from {model_dir} on first use"
-        if self._default_build(model_dir) is not None and self.settings.prepare and not missing_build_tools():
+        if self.files.default_build(model_dir) is not None and self.settings.prepare and not missing_build_tools():
             return True, "not built yet; the default model is built on first use"
         return False, f"{model_dir} holds no model; run: dragoman models prepare smollm2"
 
@@ -212,7 +201,7 @@ class OnnxBackend:
                 self._cancel(worker, start.request_id, tokens_seen + pending)
 
     def _plan(self, request: ChatRequest, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
-        template = self._chat_template()
+        template = self.files.chat_template()
         tools_active = (
             bool(request.tools) and request.tool_choice.mode != "none" and self.settings.tool_parser != "none"
         )
@@ -222,15 +211,15 @@ class OnnxBackend:
             request.messages,
             request.tools if tools_active else None,
             enable_thinking=request.think,
-            tokens=self._tokenizer_facts()[0],
+            tokens=self.files.tokenizer_facts()[0],
         )
         options = request.options
-        search, processing = plan_sampling(options, vocab_size=self._model_facts().vocab_size)
+        search, processing = plan_sampling(options, vocab_size=self.files.facts().vocab_size)
         markers = [m for m, on in ((CALL_OPEN, tools_active), (THINK_OPEN, thinking)) if on]
         start = Start(
             request_id=request_id,
             prompt=prompt,
-            context_length=self._context_length(options.num_ctx, model_context),
+            context_length=self.files.context_length(options.num_ctx, model_context),
             max_new_tokens=max_new_tokens(options),
             search=search,
             processing=processing,
@@ -238,7 +227,7 @@ class OnnxBackend:
             stop=list(options.stop or []),
             logprobs=request.logprobs,
             top_logprobs=request.top_logprobs if request.logprobs else 0,
-            special_tokens=bool(set(markers) & self._tokenizer_facts()[1]),
+            special_tokens=bool(set(markers) & self.files.tokenizer_facts()[1]),
         )
         parser = OutputParser(
             tools=tools_active,
@@ -299,19 +288,17 @@ class OnnxBackend:
             if self._worker is not None and self._worker.alive:
                 return 0
             began = time.perf_counter_ns()
-            model_dir = await self._ensure_model()
+            model_dir = await self.files.ensure()
             config = WorkerConfig(
                 model_path=str(model_dir),
-                providers=list(self._provider_candidates()),
+                providers=list(self.files.candidates()),
                 provider_options=dict(self.settings.provider_options),
                 threads=self.settings.threads,
             )
             worker = WorkerClient(config, name=self.name, on_orphan=self._on_orphan)
             ready = await worker.start()
             self._worker = worker
-            self._facts = None
-            self._template = None
-            self._tokens = None
+            self.files.forget()
             log.info(
                 "loaded model '%s' on %s (%s) in %.2fs",
                 self.name,
@@ -320,73 +307,6 @@ class OnnxBackend:
                 ready.load_ns / 1e9,
             )
             return time.perf_counter_ns() - began
-
-    async def _ensure_model(self) -> Path:
-        """The model folder; the default model is built first when it is missing."""
-        model_dir = self._model_dir()
-        if is_prepared(model_dir):
-            return model_dir
-        build_provider = self._default_build(model_dir)
-        if build_provider is None:
-            if not (model_dir / "genai_config.json").is_file():
-                raise BackendError(
-                    f"model '{self.name}': {model_dir} holds no genai_config.json (not an ONNX Runtime GenAI model)"
-                )
-            return model_dir
-        if not self.settings.prepare:
-            command = f"python -m backends.onnx.prepare {build_provider}"
-            raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare (or {command})")
-        try:
-            return await prepare_in_subprocess(build_provider, model_dir)
-        except PrepareError as exc:
-            raise BackendError(f"model '{self.name}': {exc}") from exc
-
-    def _default_build(self, model_dir: Path) -> Provider | None:
-        """The provider the default model at ``model_dir`` is built for; None when
-        ``model_dir`` is not where :func:`prepare_smollm2` builds."""
-        for provider in ("cpu", "cuda", "dml"):
-            if model_dir.resolve() == default_model_path(provider).resolve():  # type: ignore[arg-type]
-                return provider  # type: ignore[return-value]
-        return None
-
-    def _provider_candidates(self) -> list[Provider]:
-        if self._candidates is None:
-            self._candidates = candidate_providers(self.settings.provider, installed_flavours())
-        return self._candidates
-
-    def _model_dir(self) -> Path:
-        if self.settings.path is not None:
-            return Path(self.settings.path).expanduser()
-        return default_model_path(self._provider_candidates()[0])
-
-    def _model_facts(self) -> ModelFacts:
-        if self._facts is None:
-            self._facts = read_model_facts(self._model_dir())
-        return self._facts
-
-    def _chat_template(self) -> str:
-        if self._template is None:
-            self._template = load_chat_template(self._model_dir(), self.settings.template)
-        return self._template
-
-    def _tokenizer_facts(self) -> tuple[dict[str, str], frozenset[str]]:
-        """(``bos_token``/``eos_token`` strings for templates, special-token texts)."""
-        if self._tokens is None:
-            model_dir = self._model_dir()
-            self._tokens = (special_tokens(model_dir), special_token_contents(model_dir))
-        return self._tokens
-
-    def _configured_context(self) -> int | None:
-        model_max = self._model_facts().context_length
-        configured = self.route.config.context_length
-        if configured and model_max:
-            return min(configured, model_max)
-        return configured or model_max
-
-    def _context_length(self, num_ctx: int | None, model_context: int) -> int:
-        limit = model_context or self._configured_context() or 2048
-        wanted = num_ctx if num_ctx and num_ctx > 0 else self._configured_context() or limit
-        return min(wanted, limit)
 
     # -- keep-alive --------------------------------------------------------------------
 

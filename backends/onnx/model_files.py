@@ -1,0 +1,97 @@
+"""A model entry's files: where they are, which providers to try, and what the files
+say (facts, chat template, special tokens) — read once, until the model reloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.errors import BackendError
+from backends.onnx.model_info import ModelFacts, read_model_facts
+from backends.onnx.prepare import PrepareError, default_model_path, is_prepared, prepare_in_subprocess
+from backends.onnx.providers import Provider, candidate_providers, installed_flavours
+from backends.onnx.settings import OnnxSettings
+from backends.onnx.vocab import special_token_contents
+from backends.text.chat_template import load_chat_template, special_tokens
+
+
+class ModelFiles:
+    def __init__(self, name: str, settings: OnnxSettings, configured_context: int | None) -> None:
+        self.name = name
+        self.settings = settings
+        self._configured = configured_context
+        self._candidates: list[Provider] | None = None
+        self._facts: ModelFacts | None = None
+        self._template: str | None = None
+        self._tokens: tuple[dict[str, str], frozenset[str]] | None = None
+
+    def forget(self) -> None:
+        """Read the files again (a reload may follow a rebuild)."""
+        self._facts = None
+        self._template = None
+        self._tokens = None
+
+    def candidates(self) -> list[Provider]:
+        if self._candidates is None:
+            self._candidates = candidate_providers(self.settings.provider, installed_flavours())
+        return self._candidates
+
+    def folder(self) -> Path:
+        if self.settings.path is not None:
+            return Path(self.settings.path).expanduser()
+        return default_model_path(self.candidates()[0])
+
+    def default_build(self, model_dir: Path) -> Provider | None:
+        """The provider the default model at ``model_dir`` is built for; None when
+        ``model_dir`` is not where :func:`prepare_smollm2` builds."""
+        for provider in ("cpu", "cuda", "dml"):
+            if model_dir.resolve() == default_model_path(provider).resolve():  # type: ignore[arg-type]
+                return provider  # type: ignore[return-value]
+        return None
+
+    async def ensure(self) -> Path:
+        """The model folder; the default model is built first when it is missing."""
+        model_dir = self.folder()
+        if is_prepared(model_dir):
+            return model_dir
+        build_provider = self.default_build(model_dir)
+        if build_provider is None:
+            if not (model_dir / "genai_config.json").is_file():
+                raise BackendError(
+                    f"model '{self.name}': {model_dir} holds no genai_config.json (not an ONNX Runtime GenAI model)"
+                )
+            return model_dir
+        if not self.settings.prepare:
+            command = f"python -m backends.onnx.prepare {build_provider}"
+            raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare (or {command})")
+        try:
+            return await prepare_in_subprocess(build_provider, model_dir)
+        except PrepareError as exc:
+            raise BackendError(f"model '{self.name}': {exc}") from exc
+
+    def facts(self) -> ModelFacts:
+        if self._facts is None:
+            self._facts = read_model_facts(self.folder())
+        return self._facts
+
+    def chat_template(self) -> str:
+        if self._template is None:
+            self._template = load_chat_template(self.folder(), self.settings.template)
+        return self._template
+
+    def tokenizer_facts(self) -> tuple[dict[str, str], frozenset[str]]:
+        """(``bos_token``/``eos_token`` strings for templates, special-token texts)."""
+        if self._tokens is None:
+            model_dir = self.folder()
+            self._tokens = (special_tokens(model_dir), special_token_contents(model_dir))
+        return self._tokens
+
+    def configured_context(self) -> int | None:
+        model_max = self.facts().context_length
+        if self._configured and model_max:
+            return min(self._configured, model_max)
+        return self._configured or model_max
+
+    def context_length(self, num_ctx: int | None, model_context: int) -> int:
+        limit = model_context or self.configured_context() or 2048
+        wanted = num_ctx if num_ctx and num_ctx > 0 else self.configured_context() or limit
+        return min(wanted, limit)
