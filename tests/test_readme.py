@@ -41,3 +41,16 @@ def test_readme_config_reference_decodes(tmp_path: Path, monkeypatch: pytest.Mon
     config = parse_config(example, str(tmp_path / "dragoman.yaml"), settings_type)
     assert [m.config.name for m in config.models] == ["smollm2:135m", "remote-model", "llama*"]
     assert config.api_keys == ["k1"]
+
+
+def test_every_whole_config_in_the_readme_decodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from backends.registry import settings_type
+    from config import parse_config
+
+    monkeypatch.setenv("UPSTREAM_KEY", "secret")
+    (tmp_path / "keys.txt").write_text("k1\n")
+    blocks = [b for b in re.findall(r"```yaml\n(.+?)\n```", (ROOT / "README.md").read_text(), re.S)
+              if b.startswith(("models:", "server:"))]
+    assert len(blocks) >= 2
+    for block in blocks:
+        assert parse_config(block, str(tmp_path / "c.yaml"), settings_type).models
