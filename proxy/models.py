@@ -10,9 +10,9 @@ import structlog
 from prometheus_client.core import GaugeMetricFamily
 
 from adapters.errors import ModelNotFound
+from backends.admission import Admission
 from backends.base import Backend
 from config import Config, ModelRoute, resolve
-from proxy.limits import ModelGate
 from proxy.shutdown import Lifetime
 
 log = structlog.get_logger("dragoman.models")
@@ -29,10 +29,10 @@ class ModelTable:
         self.lifetime = Lifetime(config.server.shutdown_grace)
         self.started = dt.datetime.now(dt.timezone.utc)
         self._backends: dict[int, Backend] = {id(route): factory(route) for route in config.models}
-        self._gates: dict[int, ModelGate] = {}
+        self._gates: dict[int, Admission] = {}
         if self.limits.max_concurrent is not None:
             self._gates = {
-                id(route): ModelGate(route.config.name, self.limits.max_concurrent, self.limits.max_queue)
+                id(route): Admission(self.limits.max_concurrent, self.limits.max_queue)
                 for route in config.models
             }
 
@@ -41,7 +41,7 @@ class ModelTable:
         gate = self._gates.get(id(route))
         if gate is None:
             return _nothing
-        await gate.acquire()
+        await gate.acquire(route.config.name)
         return gate.release
 
     def gauges(self) -> Iterator[GaugeMetricFamily]:

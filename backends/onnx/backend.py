@@ -22,6 +22,7 @@ import msgspec
 
 from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Logprobs, RoleStart, Timings, Usage
 from adapters.errors import BackendError, ContextTooLong, RequestError
+from backends.admission import Admission
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
@@ -45,7 +46,7 @@ class OnnxBackend:
         self.route = route
         self.settings: OnnxSettings = route.settings
         self.name: str = route.config.name
-        self.admission = lifecycle.Admission(self.settings.max_concurrent, self.settings.max_queue)
+        self.admission = Admission(self.settings.max_concurrent, self.settings.max_queue)
         self.cancellations: collections.OrderedDict[int, CancelRecord] = collections.OrderedDict()
         self.counters: collections.Counter[str] = collections.Counter()
         self.expires_at: dt.datetime | None = None
