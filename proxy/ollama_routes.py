@@ -13,6 +13,7 @@ from litestar.params import JSONBody
 from litestar.response import Stream
 
 from adapters import ollama
+from adapters.ollama.wire import TagDetails
 from adapters.errors import RequestError
 from backends.base import Backend, LoadedModel, ModelDetails
 from config import ModelRoute
@@ -21,15 +22,6 @@ from proxy.models import ModelTable
 from proxy.openapi_responses import OLLAMA_CHAT, OLLAMA_SHOW
 from proxy.record import SCOPE_KEY
 from proxy.version import OLLAMA_API_VERSION, __version__
-
-
-class TagDetails(msgspec.Struct):
-    format: str = ""
-    family: str = ""
-    families: list[str] | None = None
-    parameter_size: str = ""
-    quantization_level: str = ""
-    parent_model: str = ""
 
 
 class TagModel(msgspec.Struct):

@@ -160,3 +160,18 @@ class UpstreamChatResponse(msgspec.Struct):
     eval_duration: int = 0
     error: str | None = None
     status: int | None = None
+
+
+# -- discovery -------------------------------------------------------------------------
+
+
+class TagDetails(msgspec.Struct):
+    """``details`` of a model in ``/api/tags``, ``/api/show`` and ``/api/ps``: what
+    dragoman writes, and what it reads from upstream Ollama servers."""
+
+    format: str = ""
+    family: str = ""
+    families: list[str] | None = None
+    parameter_size: str = ""
+    quantization_level: str = ""
+    parent_model: str = ""

@@ -14,6 +14,7 @@ from fnmatch import fnmatchcase
 import msgspec
 import structlog
 
+from adapters.ollama.wire import TagDetails
 from backends.base import ModelDetails
 
 log = structlog.get_logger("dragoman.upstream")
@@ -69,19 +70,11 @@ class _OpenAIModelList(msgspec.Struct):
     data: list[_OpenAIModel] | None = None
 
 
-class _OllamaDetails(msgspec.Struct):
-    format: str = ""
-    family: str = ""
-    families: list[str] | None = None
-    parameter_size: str = ""
-    quantization_level: str = ""
-
-
 class _OllamaModel(msgspec.Struct):
     name: str = ""
     model: str = ""
     size: int = 0
-    details: _OllamaDetails | None = None
+    details: TagDetails | None = None
 
 
 class _OllamaTags(msgspec.Struct):
@@ -99,7 +92,7 @@ def parse_ollama_tags(body: bytes) -> dict[str, ModelDetails]:
     listing = msgspec.json.decode(body, type=_OllamaTags)
     found: dict[str, ModelDetails] = {}
     for m in listing.models or ():
-        d = m.details or _OllamaDetails()
+        d = m.details or TagDetails()
         found[m.name or m.model] = ModelDetails(
             format=d.format or "ollama",
             family=d.family or "remote",
