@@ -10,8 +10,8 @@ import hmac
 from collections.abc import Iterable
 from typing import Any
 
-from adapters import ollama, openai
 from adapters.errors import AuthenticationError
+from proxy.errors import error_body
 
 
 def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
@@ -47,7 +47,7 @@ def auth_middleware_factory(api_keys: list[str], open_paths: list[str]) -> Any:
                 return
             reason = "missing API key: send 'Authorization: Bearer <key>'" if token is None else "invalid API key"
             err = AuthenticationError(reason, code="invalid_api_key")
-            body = openai.render_error(err) if scope["path"].startswith("/v1/") else ollama.render_error(err)
+            body = error_body(scope["path"], err)
             await send(
                 {
                     "type": "http.response.start",

@@ -21,17 +21,21 @@ from litestar.exceptions import (
 
 from adapters import ollama, openai
 from adapters.errors import DragomanError, RequestError
-from proxy.record import SCOPE_KEY
+from proxy.record import SCOPE_KEY, dialect_of
 
 log = structlog.get_logger("dragoman.errors")
+
+
+def error_body(path: str, err: DragomanError) -> bytes:
+    """``err`` as the body the dialect of ``path`` expects."""
+    return openai.render_error(err) if dialect_of(path) == "openai" else ollama.render_error(err)
 
 
 def render(request: Request[Any, Any, Any], err: DragomanError) -> Response[bytes]:
     record = request.scope.get(SCOPE_KEY)
     if record is not None and record.error is None:
         record.error = err.message
-    is_openai = request.url.path.startswith("/v1/")
-    body = openai.render_error(err) if is_openai else ollama.render_error(err)
+    body = error_body(request.url.path, err)
     headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else None
     return Response(body, status_code=err.status, media_type="application/json", headers=headers)
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from adapters.canonical import ContentDelta, Event, ThinkingDelta, ToolCallDone, ToolCallFragment, Usage
 
 _TOKEN_EVENTS = (ContentDelta, ThinkingDelta, ToolCallDone, ToolCallFragment)
 
 SCOPE_KEY = "dragoman.record"
+
+
+def dialect_of(path: str) -> Literal["openai", "ollama"]:
+    """OpenAI's routes live under ``/v1/``; every other path speaks Ollama's dialect."""
+    return "openai" if path.startswith("/v1/") else "ollama"
 
 
 class RequestRecord:
@@ -21,7 +27,7 @@ class RequestRecord:
         self.request_id = request_id
         self.method = method
         self.path = path
-        self.dialect = "openai" if path.startswith("/v1/") else "ollama"
+        self.dialect = dialect_of(path)
         self.model: str | None = None
         self.backend: str | None = None
         self.status = 0
