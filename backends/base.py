@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import msgspec
 
@@ -99,7 +99,3 @@ def check_capabilities(request: ChatRequest, caps: Capabilities, model: str) -> 
         )
     if request.logprobs and not caps.logprobs:
         raise UnsupportedFeature(f"model '{model}' does not support logprobs", param="logprobs")
-
-
-def settings_dict(settings: msgspec.Struct) -> dict[str, Any]:
-    return msgspec.to_builtins(settings)

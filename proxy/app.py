@@ -71,13 +71,3 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     )
     app.state.metrics = metrics
     return app
-
-
-def app_from_env() -> Any:
-    """For ``uvicorn proxy.app:app_from_env --factory``: config from $DRAGOMAN_CONFIG."""
-    import os
-
-    from backends.registry import settings_type
-    from config import load_config
-
-    return create_app(load_config(os.environ.get("DRAGOMAN_CONFIG"), settings_type))

@@ -68,9 +68,9 @@ async def list_models(models: NamedDependency[ModelTable]) -> ModelList:
 @get("/models/{model:path}", summary="Retrieve a model", tags=["OpenAI"], responses=OPENAI_MODEL)
 async def retrieve_model(model: FromPath[str], models: NamedDependency[ModelTable]) -> ModelCard:
     name = model.lstrip("/")
-    route, _ = models.lookup(name)  # raises 404 for unknown names
-    if not name:
+    if not name:  # checked first: a catch-all pattern would match ""
         raise ModelNotFound(name)
+    route, _ = models.lookup(name)  # raises 404 for unknown names
     return ModelCard(id=name, created=int(models.started.timestamp()), owned_by=route.config.backend)
 
 
