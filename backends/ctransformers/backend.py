@@ -40,12 +40,13 @@ from backends.ctransformers.prompt import (
     PRESET_STOPS,
     Preset,
     choose_preset,
-    render_preset,
-    split_special,
+    pieces_of,
+    render_preset_segments,
 )
 from backends.ctransformers.sampling import SamplePlan, plan_sampling
 from backends.ctransformers.settings import CTransformersSettings
-from backends.text.chat_template import render_chat
+from backends.text.chat_template import render_chat_segments
+from backends.text.segments import Segment
 
 log = logging.getLogger("dragoman.ctransformers")
 INSTALL_HINT = "pip install 'dragoman[ctransformers]'"
@@ -183,7 +184,7 @@ class CTransformersBackend:
         pool, file, executor = self._pool, self._file, self._executor
         assert pool is not None and file is not None and executor is not None
         self._cancel_expiry()
-        pieces = split_special(self._render(request, file), file.special_tokens)
+        pieces = pieces_of(self._render(request, file), file.special_tokens)
         if not self._uses_own_template(file):
             plan = msgspec.structs.replace(plan, stop=plan.stop + PRESET_STOPS[self._preset(file)])
         limit = min(self._context_length, request.options.num_ctx or self._context_length)
@@ -277,11 +278,12 @@ class CTransformersBackend:
 
     # -- prompt ------------------------------------------------------------------------
 
-    def _render(self, request: ChatRequest, file: ModelFile) -> str:
+    def _render(self, request: ChatRequest, file: ModelFile) -> list[Segment]:
+        protected = frozenset(file.special_tokens)
         if self._uses_own_template(file):
             tokens = {k: v for k, v in (("bos_token", file.bos_text), ("eos_token", file.eos_text)) if v}
-            return render_chat(file.chat_template or "", request.messages, tokens=tokens)
-        return render_preset(self._preset(file), request.messages)
+            return render_chat_segments(file.chat_template or "", request.messages, tokens=tokens, protected=protected)
+        return render_preset_segments(self._preset(file), request.messages, protected)
 
     def _uses_own_template(self, file: ModelFile) -> bool:
         return self.settings.template == "auto" and bool(file.chat_template)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from adapters.canonical import Message
+import msgspec
+
+from adapters.canonical import Message, TextPart
+from backends.text.segments import Guard, Segment
 
 Preset = Literal["chatml", "llama2", "alpaca", "plain"]
 TemplateChoice = Literal["auto", "chatml", "llama2", "alpaca", "plain"]
@@ -37,6 +40,23 @@ def choose_preset(template: TemplateChoice, special_tokens: dict[str, int]) -> P
 def render_preset(preset: Preset, messages: list[Message]) -> str:
     """The prompt for ``messages`` in ``preset``, ending where the assistant writes."""
     return _RENDERERS[preset](messages)
+
+
+def render_preset_segments(preset: Preset, messages: list[Message], protected: frozenset[str]) -> list[Segment]:
+    """:func:`render_preset` as segments: ``protected`` texts in messages stay plain."""
+    guard = Guard(protected)
+    guarded = [msgspec.structs.replace(m, parts=[TextPart(guard.text(m.text))]) for m in messages]
+    return guard.segments(render_preset(preset, guarded))
+
+
+def pieces_of(segments: list[Segment], special_tokens: dict[str, int]) -> list[str | int]:
+    """What :func:`backends.ctransformers.generation.tokenize` takes: special tokens
+    cut out of the special segments as ids; plain segments as text, which the
+    library's tokenizer never reads as control tokens."""
+    pieces: list[str | int] = []
+    for segment in segments:
+        pieces.extend(split_special(segment.text, special_tokens) if segment.special else [segment.text])
+    return pieces
 
 
 def _chatml(messages: list[Message]) -> str:

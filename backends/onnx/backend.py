@@ -34,7 +34,8 @@ from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start,
 from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
 from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import CancelRecord, OnnxSettings
-from backends.text.chat_template import render_chat, supports_thinking
+from backends.text.chat_template import render_chat_segments, supports_thinking
+from backends.text.segments import prompt_text
 
 log = logging.getLogger("dragoman.onnx")
 
@@ -207,12 +208,14 @@ class OnnxBackend:
             bool(request.tools) and request.tool_choice.mode != "none" and self.settings.tool_parser != "none"
         )
         thinking = self.settings.reasoning_parser == "think" and supports_thinking(template)
-        prompt = render_chat(
+        vocabulary = self.files.tokenizer()
+        prompt = render_chat_segments(
             template,
             request.messages,
             request.tools if tools_active else None,
             enable_thinking=request.think,
-            tokens=self.files.tokenizer_facts()[0],
+            tokens=self.files.template_tokens(),
+            protected=vocabulary.added,
         )
         options = request.options
         search, processing = plan_sampling(options, vocab_size=self.files.facts().vocab_size)
@@ -228,12 +231,12 @@ class OnnxBackend:
             stop=list(options.stop or []),
             logprobs=request.logprobs,
             top_logprobs=request.top_logprobs if request.logprobs else 0,
-            special_tokens=bool(set(markers) & self.files.tokenizer_facts()[1]),
+            special_tokens=bool(set(markers) & vocabulary.special),
         )
         parser = OutputParser(
             tools=tools_active,
             thinking=thinking,
-            start_in_thinking=thinking and prompt.rstrip().endswith(THINK_OPEN),
+            start_in_thinking=thinking and prompt_text(prompt).rstrip().endswith(THINK_OPEN),
         )
         return start, parser
 

@@ -10,7 +10,7 @@ from backends.onnx.model_info import ModelFacts, read_model_facts
 from backends.onnx.prepare import PrepareError, default_model_path, is_prepared, prepare_in_subprocess
 from backends.onnx.providers import Provider, candidate_providers, installed_flavours
 from backends.onnx.settings import OnnxSettings
-from backends.onnx.vocab import special_token_contents
+from backends.onnx.vocab import TokenizerFacts, read_tokenizer_facts
 from backends.text.chat_template import load_chat_template, special_tokens
 
 
@@ -22,13 +22,15 @@ class ModelFiles:
         self._candidates: list[Provider] | None = None
         self._facts: ModelFacts | None = None
         self._template: str | None = None
-        self._tokens: tuple[dict[str, str], frozenset[str]] | None = None
+        self._template_tokens: dict[str, str] | None = None
+        self._tokenizer: TokenizerFacts | None = None
 
     def forget(self) -> None:
         """Read the files again (a reload may follow a rebuild)."""
         self._facts = None
         self._template = None
-        self._tokens = None
+        self._template_tokens = None
+        self._tokenizer = None
 
     def candidates(self) -> list[Provider]:
         if self._candidates is None:
@@ -78,12 +80,16 @@ class ModelFiles:
             self._template = load_chat_template(self.folder(), self.settings.template)
         return self._template
 
-    def tokenizer_facts(self) -> tuple[dict[str, str], frozenset[str]]:
-        """(``bos_token``/``eos_token`` strings for templates, special-token texts)."""
-        if self._tokens is None:
-            model_dir = self.folder()
-            self._tokens = (special_tokens(model_dir), special_token_contents(model_dir))
-        return self._tokens
+    def template_tokens(self) -> dict[str, str]:
+        """``bos_token`` / ``eos_token`` strings templates refer to."""
+        if self._template_tokens is None:
+            self._template_tokens = special_tokens(self.folder())
+        return self._template_tokens
+
+    def tokenizer(self) -> TokenizerFacts:
+        if self._tokenizer is None:
+            self._tokenizer = read_tokenizer_facts(self.folder())
+        return self._tokenizer
 
     def configured_context(self) -> int | None:
         model_max = self.facts().context_length

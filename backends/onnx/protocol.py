@@ -13,6 +13,7 @@ from typing import BinaryIO, Literal, Union
 import msgspec
 
 from adapters.canonical import TokenLogprob
+from backends.text.segments import Segment
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
@@ -65,7 +66,9 @@ class Guidance(msgspec.Struct, frozen=True):
 
 class Start(msgspec.Struct, tag="start", frozen=True):
     request_id: int
-    prompt: str
+    # The prompt as segments: special ones tokenise special-token texts as those
+    # tokens (template text, raw prompts), plain ones as ordinary text (client text).
+    prompt: list[Segment]
     context_length: int
     max_new_tokens: int | None = None  # None: up to the context length
     search: Search = Search()

@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -61,13 +63,26 @@ def load_token_bytes(model_dir: Path) -> dict[int, bytes] | None:
     return token_bytes_table(data)
 
 
-def special_token_contents(model_dir: Path) -> frozenset[str]:
-    """Texts of the added tokens marked special (hidden by a default decode)."""
+class TokenizerFacts(msgspec.Struct, frozen=True):
+    """What the server needs to know of a vocabulary before sending a prompt."""
+
+    special: frozenset[str] = frozenset()  # added tokens marked special (a default decode hides them)
+    added: frozenset[str] = frozenset()  # every added token: the tokenizer matches each as a unit
+    longest_token_bytes: int = 0  # bytes of the longest token's text; 0 when unknown
+
+
+def read_tokenizer_facts(model_dir: Path) -> TokenizerFacts:
     try:
         data = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return frozenset()
-    return frozenset(a["content"] for a in data.get("added_tokens") or [] if a.get("special"))
+        return TokenizerFacts()
+    added = data.get("added_tokens") or []
+    table = token_bytes_table(data)
+    return TokenizerFacts(
+        special=frozenset(a["content"] for a in added if a.get("special") and a.get("content")),
+        added=frozenset(a["content"] for a in added if a.get("content")),
+        longest_token_bytes=max((len(b) for b in table.values()), default=0) if table else 0,
+    )
 
 
 def _is_byte_level(tokenizer_json: dict[str, Any]) -> bool:

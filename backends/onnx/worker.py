@@ -42,6 +42,7 @@ from backends.onnx.protocol import (
     encode_frame,
     read_frame,
 )
+from backends.onnx.prompt_tokens import PromptTokenizer
 from backends.onnx.providers import load_model
 from backends.onnx.vocab import load_token_bytes
 
@@ -55,6 +56,7 @@ class Worker:
         self.out = out
         self.commands = commands
         self.tokenizer = og.Tokenizer(model)
+        self.prompt_tokenizer = PromptTokenizer(model_dir, self.tokenizer)
         self._special_tokenizer: Any = None
         self.eos_ids = frozenset(int(i) for i in self.tokenizer.eos_token_ids)
         self.token_bytes = load_token_bytes(model_dir)
@@ -99,7 +101,7 @@ class Worker:
     def _start(self, start: Start) -> None:
         rid = start.request_id
         tokenizer = self._tokenizer_for(start)
-        prompt_ids = np.asarray(tokenizer.encode(start.prompt), dtype=np.int32)
+        prompt_ids = self.prompt_tokenizer.encode(start.prompt)
         n = len(prompt_ids)
         context = min(start.context_length, self.context_length) if self.context_length else start.context_length
         if n >= context:

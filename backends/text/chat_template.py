@@ -17,6 +17,7 @@ from typing import Any
 
 from adapters.canonical import Message, Tool, ToolCall
 from adapters.errors import RequestError
+from backends.text.segments import Guard, Segment, prompt_text
 
 TEMPLATE_FILE = "chat_template.jinja"
 HERMES_TOOLS_PROMPT = """# Tools
@@ -86,13 +87,29 @@ def render_chat(
     tokens: dict[str, str] | None = None,
 ) -> str:
     """The prompt text, ending with the assistant's generation prompt."""
+    return prompt_text(render_chat_segments(template, messages, tools, enable_thinking=enable_thinking, tokens=tokens))
+
+
+def render_chat_segments(
+    template: str,
+    messages: list[Message],
+    tools: list[Tool] | None = None,
+    *,
+    enable_thinking: bool | None = None,
+    tokens: dict[str, str] | None = None,
+    protected: frozenset[str] = frozenset(),
+) -> list[Segment]:
+    """The prompt as segments: ``protected`` texts (the vocabulary's special tokens)
+    inside client strings come out as plain segments, so they never tokenise as
+    control tokens; the template's own text stays special."""
     if not template:
         raise RequestError("the model has no chat template; set 'template' in its config entry")
+    guard = Guard(protected)
     native = supports_tools(template)
-    rendered = [_message_dict(m, native_tools=native) for m in messages]
+    rendered = [_message_dict(m, guard, native_tools=native) for m in messages]
     variables: dict[str, Any] = {"add_generation_prompt": True, **(tokens or {})}
     if tools:
-        specs = [tool_spec(t) for t in tools]
+        specs = guard.value([tool_spec(t) for t in tools])
         if native:
             variables["tools"] = specs
         else:
@@ -100,13 +117,14 @@ def render_chat(
     if enable_thinking is not None:
         variables["enable_thinking"] = enable_thinking
     try:
-        return _compiled(template).render(messages=rendered, **variables)
+        text = _compiled(template).render(messages=rendered, **variables)
     except TemplateRaised as exc:
         raise RequestError(f"the chat template refused the messages: {exc}", param="messages") from exc
     except Exception as exc:  # a template bug must not be a 500 without a reason
         raise RequestError(
             f"the chat template failed to render: {type(exc).__name__}: {exc}", param="messages"
         ) from exc
+    return guard.segments(text)
 
 
 def tool_spec(tool: Tool) -> dict[str, Any]:
@@ -122,26 +140,28 @@ def hermes_tools_prompt(specs: list[dict[str, Any]]) -> str:
     return HERMES_TOOLS_PROMPT.format(tools="\n".join(json.dumps(s, ensure_ascii=False) for s in specs))
 
 
-def _message_dict(message: Message, *, native_tools: bool) -> dict[str, Any]:
-    content = message.text
+def _message_dict(message: Message, guard: Guard, *, native_tools: bool) -> dict[str, Any]:
+    """The template's view of a message; every client string in it guarded, the
+    markers dragoman adds itself (``<tool_call>`` …) not."""
+    content = guard.text(message.text)
+    calls = [guard.value(_call_dict(c)) for c in message.tool_calls]
     if native_tools:
         out: dict[str, Any] = {"role": message.role, "content": content}
-        if message.tool_calls:
-            out["tool_calls"] = [_call_dict(c) for c in message.tool_calls]
+        if calls:
+            out["tool_calls"] = calls
         if message.role == "tool":
             if message.tool_call_id:
-                out["tool_call_id"] = message.tool_call_id
+                out["tool_call_id"] = guard.text(message.tool_call_id)
             if message.tool_name:
-                out["name"] = message.tool_name
+                out["name"] = guard.text(message.tool_name)
     elif message.role == "tool":
         # A template without tools may refuse a "tool" role; a user turn always works.
         out = {"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"}
     else:
-        calls = "\n".join(f"<tool_call>\n{_call_json(c)}\n</tool_call>" for c in message.tool_calls)
-        out = {"role": message.role, "content": "\n".join(p for p in (content, calls) if p)}
+        spelled = "\n".join(f"<tool_call>\n{_call_json(c['function'])}\n</tool_call>" for c in calls)
+        out = {"role": message.role, "content": "\n".join(p for p in (content, spelled) if p)}
     if message.thinking:
-        out["reasoning_content"] = message.thinking
-        out["thinking"] = message.thinking
+        out["reasoning_content"] = out["thinking"] = guard.text(message.thinking)
     return out
 
 
@@ -152,8 +172,8 @@ def _call_dict(call: ToolCall) -> dict[str, Any]:
     return out
 
 
-def _call_json(call: ToolCall) -> str:
-    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+def _call_json(function: dict[str, Any]) -> str:
+    return json.dumps({"name": function["name"], "arguments": function["arguments"]}, ensure_ascii=False)
 
 
 def _with_system_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ import io
 import pytest
 
 from adapters.canonical import TokenLogprob, TopLogprob
+from backends.text.segments import Segment
 from backends.onnx.protocol import (
     HEADER,
     MAX_FRAME,
@@ -29,7 +30,7 @@ from backends.onnx.protocol import (
 COMMANDS = [
     Start(
         1,
-        "hi",
+        [Segment("<|im_start|>user\n"), Segment("<|im_start|>", special=False), Segment("hi")],
         2048,
         16,
         Search(do_sample=True, temperature=0.5),

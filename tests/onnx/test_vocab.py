@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.onnx.vocab import byte_level_alphabet, load_token_bytes, special_token_contents, token_bytes_table
+from backends.onnx.vocab import byte_level_alphabet, load_token_bytes, read_tokenizer_facts, token_bytes_table
 
 
 def test_byte_level_alphabet_is_a_bijection_over_bytes() -> None:
@@ -47,5 +47,8 @@ def test_real_tokenizer(model_dir: Path) -> None:
     table = load_token_bytes(model_dir)
     assert table is not None and len(table) == 49152
     assert b" Paris" in table.values()
-    assert {"<|im_start|>", "<|im_end|>"} <= special_token_contents(model_dir)
-    assert "<tool_call>" not in special_token_contents(model_dir)
+    facts = read_tokenizer_facts(model_dir)
+    assert {"<|im_start|>", "<|im_end|>"} <= facts.special and facts.special <= facts.added
+    assert "<tool_call>" not in facts.added
+    # The longest token is a newline and 80 spaces (byte-level: 81 bytes, 162 in its spelling).
+    assert facts.longest_token_bytes == 81
