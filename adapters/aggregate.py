@@ -105,6 +105,8 @@ class ResultBuilder:
     def add(self, event: Event) -> None:
         if isinstance(event, ContentDelta):
             self._content.append(event.text)
+            if event.logprobs is not None:
+                self._logprobs = (self._logprobs or []) + list(event.logprobs)
         elif isinstance(event, ThinkingDelta):
             self._thinking.append(event.text)
         elif isinstance(event, ToolCallDone):

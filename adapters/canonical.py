@@ -1,7 +1,8 @@
-"""The dialect-neutral chat request and the one stream of events every backend yields.
+"""The dialect-neutral requests and the one stream of events every backend yields.
 
 Adapters translate OpenAI and Ollama wire shapes to and from these types; backends
-consume a :class:`ChatRequest` and yield :data:`Event` values. A non-streaming reply
+consume a :class:`ChatRequest` (a conversation) or a :class:`CompletionRequest` (a
+prompt to continue) and yield :data:`Event` values. A non-streaming reply
 is the aggregate of the same events (see :mod:`adapters.aggregate`), so there is one
 path, not two.
 
@@ -16,6 +17,7 @@ from typing import Any, Literal, Union
 import msgspec
 
 Role = Literal["system", "user", "assistant", "tool"]
+"""The roles every adapter knows; a :class:`Message` may carry others (see there)."""
 ThinkLevel = Literal["low", "medium", "high"]
 FinishReason = Literal["stop", "length", "tool_calls", "load", "unload"]
 
@@ -56,7 +58,10 @@ class ToolCall(msgspec.Struct):
 
 
 class Message(msgspec.Struct):
-    role: Role
+    # One of :data:`Role`, or any other string an Ollama client sent: Ollama leaves
+    # roles to the model's template, so a template that knows "ipython" or "critic"
+    # gets it, and one that cannot render it refuses it by name.
+    role: str
     parts: list[Part] = msgspec.field(default_factory=list)
     thinking: str | None = None
     tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
@@ -132,11 +137,9 @@ class SamplingOptions(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=
         return msgspec.structs.replace(self, **changes) if changes else self
 
 
-class ChatRequest(msgspec.Struct):
-    model: str
-    messages: list[Message]
-    tools: list[Tool] = msgspec.field(default_factory=list)
-    tool_choice: ToolChoice = ToolChoice()
+class RequestBase(msgspec.Struct, kw_only=True):
+    """What every request for generated text carries beside its input."""
+
     options: SamplingOptions = SamplingOptions()
     response_format: ResponseFormat = ResponseFormat()
     # None: the model's own default. False: off. True: on at the model's default depth.
@@ -150,6 +153,50 @@ class ChatRequest(msgspec.Struct):
     keep_alive: float | None = None
     # The client's Authorization header, for upstreams configured to forward it.
     authorization: Secret | None = None
+
+
+class ChatRequest(RequestBase):
+    model: str
+    messages: list[Message]
+    tools: list[Tool] = msgspec.field(default_factory=list)
+    tool_choice: ToolChoice = ToolChoice()
+
+
+class CompletionRequest(RequestBase):
+    """A prompt to continue (``/api/generate``, ``/v1/completions``), not a conversation.
+
+    Three kinds, which backends and bridges treat differently:
+
+    - *templated* (not ``raw``, no ``suffix``): semantically a chat of ``[system, user]``
+      rendered with the model's template — :meth:`as_chat` is that chat;
+    - *raw*: ``prompt`` is the model's whole input, special tokens kept special
+      (api-mapping §7), e.g. a hand-rendered template;
+    - *fill-in-the-middle* (``suffix`` set): the model writes what goes between
+      ``prompt`` and ``suffix``, framed by its own FIM tokens; both texts are data
+      whatever ``raw`` says (Ollama would drop a suffix in raw mode, which Continue's
+      ``raw: true`` autocomplete does not mean).
+    """
+
+    model: str
+    prompt: str
+    suffix: str | None = None
+    raw: bool = False
+    system: str | None = None
+    images: list[ImagePart] = msgspec.field(default_factory=list)
+
+    @property
+    def templated(self) -> bool:
+        return not self.raw and self.suffix is None
+
+    def as_chat(self) -> ChatRequest:
+        """The chat a templated prompt means: the system text, then one user turn."""
+        messages = [Message(role="system", parts=[TextPart(self.system)])] if self.system else []
+        messages.append(Message(role="user", parts=[*self.images, TextPart(self.prompt)]))
+        fields = {f: getattr(self, f) for f in RequestBase.__struct_fields__}
+        return ChatRequest(model=self.model, messages=messages, **fields)
+
+
+Request = Union[ChatRequest, CompletionRequest]
 
 
 # -- events ----------------------------------------------------------------------------
@@ -193,7 +240,11 @@ class RoleStart(msgspec.Struct, tag="role", frozen=True):
 
 
 class ContentDelta(msgspec.Struct, tag="content", frozen=True):
+    """Reply text. ``logprobs`` are those of the tokens the text came from, so that
+    encoders put them on the same chunk as the text, as OpenAI and Ollama do."""
+
     text: str
+    logprobs: list[TokenLogprob] | None = None
 
 
 class ThinkingDelta(msgspec.Struct, tag="thinking", frozen=True):
@@ -217,6 +268,9 @@ class ToolCallFragment(msgspec.Struct, tag="tool_call_fragment", frozen=True):
 
 
 class Logprobs(msgspec.Struct, tag="logprobs", frozen=True):
+    """Logprobs of tokens that produced no reply text of their own (thinking, a tool
+    call, text still held back at the end); those of text ride on its ContentDelta."""
+
     tokens: list[TokenLogprob]
 
 

@@ -13,7 +13,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import msgspec
 
-from adapters.canonical import ChatRequest, Event
+from adapters.canonical import ChatRequest, Event, Request
 from adapters.errors import UnsupportedFeature
 
 
@@ -23,12 +23,14 @@ class Capabilities(msgspec.Struct, frozen=True):
     thinking: bool = False
     json_schema: bool = False
     logprobs: bool = False
+    insert: bool = False  # fill-in-the-middle: a completion with a suffix
+    embedding: bool = False
+    completion: bool = True  # generates text (an embedding-only model does not)
 
     def names(self) -> list[str]:
-        """Ollama's ``capabilities`` list for ``/api/show``."""
-        names = ["completion"]
-        names += [n for n in ("tools", "thinking", "vision") if getattr(self, n)]
-        return names
+        """Ollama's ``capabilities`` list for ``/api/show``, in Ollama's order."""
+        order = ("completion", "tools", "insert", "thinking", "vision", "embedding")
+        return [n for n in order if getattr(self, n)]
 
 
 class ModelDetails(msgspec.Struct, frozen=True):
@@ -85,12 +87,21 @@ class Backend(Protocol):
     async def aclose(self) -> None: ...
 
 
-def check_capabilities(request: ChatRequest, caps: Capabilities, model: str) -> None:
+def check_capabilities(request: Request, caps: Capabilities, model: str) -> None:
     """Refuse, naming the feature, what the backend cannot do (400, never a silent drop)."""
-    if request.tools and request.tool_choice.mode != "none" and not caps.tools:
-        raise UnsupportedFeature(f"model '{model}' does not support tools", param="tools")
-    if any(m.images for m in request.messages) and not caps.vision:
-        raise UnsupportedFeature(f"model '{model}' does not support images", param="messages")
+    if not caps.completion:
+        raise UnsupportedFeature(f"model '{model}' does not support generate (it is an embedding model)", param="model")
+    if isinstance(request, ChatRequest):
+        if request.tools and request.tool_choice.mode != "none" and not caps.tools:
+            raise UnsupportedFeature(f"model '{model}' does not support tools", param="tools")
+        if any(m.images for m in request.messages) and not caps.vision:
+            raise UnsupportedFeature(f"model '{model}' does not support images", param="messages")
+    else:
+        if request.suffix is not None and not caps.insert:
+            message = f"model '{model}' does not support insert (its tokenizer has no fill-in-the-middle tokens)"
+            raise UnsupportedFeature(message, param="suffix")
+        if request.images and not caps.vision:
+            raise UnsupportedFeature(f"model '{model}' does not support images", param="images")
     if request.think and not caps.thinking:
         raise UnsupportedFeature(f"model '{model}' does not support thinking", param="think")
     if request.response_format.type != "text" and not caps.json_schema:

@@ -1,6 +1,7 @@
-"""Dialect-neutral chat plumbing between a route and a backend.
+"""Dialect-neutral plumbing between a route and a backend, for chats and completions.
 
-A route decodes its dialect into a canonical request, then calls :func:`start_chat`,
+A route decodes its dialect into a canonical request (a :class:`ChatRequest` or a
+:class:`CompletionRequest`: one path for both), then calls :func:`start_chat`,
 which resolves the model, applies its defaults and limits, checks capabilities and
 pulls the first event, so that failures before any output are real HTTP errors. What
 follows is either streamed through an encoder or aggregated into one reply.
@@ -17,11 +18,11 @@ import msgspec
 import structlog
 
 from adapters.aggregate import ChatResult, ResultBuilder
-from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, RoleStart, Secret
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Request, RoleStart, Secret
 from adapters.errors import BackendError, BackendTimeout, DragomanError, error_for_status
 from backends.base import Backend, check_capabilities
 from config import ModelRoute
-from proxy.limits import check_request, clamp_max_tokens
+from proxy.limits import check_request, clamp_to_context
 from proxy.models import ModelTable
 from proxy.record import RequestRecord
 
@@ -87,19 +88,19 @@ class Chat:
             self._release()
 
 
-def prepare(table: ModelTable, request: ChatRequest, record: RequestRecord) -> tuple[ModelRoute, Backend, ChatRequest]:
+def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple[ModelRoute, Backend, Request]:
     route, backend = table.lookup(request.model)
     record.model = request.model
     record.backend = route.config.backend
     check_request(request, table.limits)
     request = msgspec.structs.replace(request, options=request.options.merged(route.config.defaults))
-    request = clamp_max_tokens(request, route.config.context_length)
+    request = clamp_to_context(request, route.config.context_length)
     check_capabilities(request, backend.capabilities(request.model), request.model)
     return route, backend, request
 
 
 async def start_chat(
-    table: ModelTable, request: ChatRequest, record: RequestRecord, *, authorization: str | None = None
+    table: ModelTable, request: Request, record: RequestRecord, *, authorization: str | None = None
 ) -> Chat:
     table.lifetime.check_accepting()
     route, backend, request = prepare(table, request, record)
@@ -114,7 +115,7 @@ async def start_chat(
         table.lifetime.in_flight -= 1
         release()
 
-    events = aiter(backend.chat(request))
+    events = aiter(backend.chat(request))  # type: ignore[arg-type]
     chat = Chat(route, backend, RoleStart(), events, deadline, done, table)
     try:
         first = await chat.next()

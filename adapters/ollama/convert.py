@@ -17,9 +17,9 @@ from adapters.aggregate import MalformedToolCall, parse_arguments
 from adapters.canonical import (
     ChatRequest,
     Message,
+    RequestBase,
     Part,
     ResponseFormat,
-    Role,
     SamplingOptions,
     TextPart,
     ThinkLevel,
@@ -30,8 +30,8 @@ from adapters.durations import parse_duration
 from adapters.errors import DragomanError, RequestError, error_for_status
 from adapters.images import decode_base64_image
 from adapters.ollama import wire
+from adapters.tool_choice import parse_tool_choice
 
-_ROLES: tuple[str, ...] = get_args(Role)
 _THINK_LEVELS: tuple[str, ...] = get_args(ThinkLevel)
 _THINK_ALLOWED = 'true, false, "low", "medium", "high"'
 _UNITLESS_NEGATIVE = re.compile(r"\s*-\d+(?:\.\d+)?\s*")
@@ -45,18 +45,22 @@ def to_canonical(request: wire.ChatRequest) -> ChatRequest:
     top_logprobs = request.top_logprobs
     if not 0 <= top_logprobs <= 20:
         raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
+    tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
+    choice = request.tool_choice
+    named = choice.function.name if isinstance(choice, wire.NamedToolChoice) else None
     return ChatRequest(
         model=request.model,
         messages=_messages(request.messages),
-        tools=[_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])],
-        options=_sampling(request.options),
+        tools=tools,
+        tool_choice=parse_tool_choice(None if named else choice, named, tools),  # type: ignore[arg-type]
+        options=sampling_options(request.options),
         response_format=parse_format(request.format),
         think=think,
         think_level=think_level,
         logprobs=request.logprobs,
         top_logprobs=top_logprobs,
         stream=request.stream,
-        keep_alive=_keep_alive(request.keep_alive),
+        keep_alive=keep_alive_seconds(request.keep_alive),
     )
 
 
@@ -96,7 +100,8 @@ def parse_format(value: str | dict[str, Any] | None) -> ResponseFormat:
     raise RequestError(f'format: invalid value {value!r}; expected "json" or a JSON Schema object', param="format")
 
 
-def _keep_alive(value: float | str | None) -> float | None:
+def keep_alive_seconds(value: float | str | None) -> float | None:
+    """:func:`parse_keep_alive`, with a bad value as a 400 naming ``keep_alive``."""
     try:
         return parse_keep_alive(value)
     except ValueError as exc:
@@ -130,16 +135,13 @@ def _message(message: wire.ChatMessage, path: str, earlier: list[Message]) -> Me
     )
 
 
-def _role(role: str, path: str) -> Role:
-    lowered = role.lower()  # Ollama lower-cases roles too
-    if lowered == "developer":
-        return "system"
-    if lowered not in _ROLES:
-        raise RequestError(
-            f"{path}.role: invalid role {role!r}; allowed: system, user, assistant, tool, developer",
-            param=f"{path}.role",
-        )
-    return lowered  # type: ignore[return-value]
+def _role(role: str, path: str) -> str:
+    """Lower-cased, as Ollama does; "developer" is OpenAI's new "system". Any other
+    role goes to the model's template, which renders it or refuses it by name."""
+    lowered = role.strip().lower()
+    if not lowered:
+        raise RequestError(f"{path}.role: must not be empty", param=f"{path}.role")
+    return "system" if lowered == "developer" else lowered
 
 
 def _called_name(call_id: str, earlier: list[Message]) -> str | None:
@@ -168,7 +170,7 @@ def _tool(tool: wire.ToolDefinition, path: str) -> Tool:
     return Tool(name=fn.name, description=fn.description, parameters=fn.parameters or {})
 
 
-def _sampling(options: wire.ModelOptions | None) -> SamplingOptions:
+def sampling_options(options: wire.ModelOptions | None) -> SamplingOptions:
     if options is None:
         return SamplingOptions()
     fields = msgspec.structs.asdict(options)
@@ -192,15 +194,26 @@ def to_upstream(request: ChatRequest, model: str) -> bytes:
             model=model,
             messages=[_wire_message(m) for m in request.messages],
             tools=_wire_tools(request) or None,
-            format=_wire_format(request.response_format),
+            format=wire_format(request.response_format),
             stream=request.stream,
-            think=_wire_think(request),
-            keep_alive=_wire_seconds(request.keep_alive),
-            options=_wire_options(request.options),
+            think=wire_think(request),
+            keep_alive=wire_seconds(request.keep_alive),
+            options=wire_options(request.options),
             logprobs=request.logprobs,
             top_logprobs=request.top_logprobs,
+            tool_choice=_wire_tool_choice(request),
         )
     )
+
+
+def _wire_tool_choice(request: ChatRequest) -> str | wire.NamedToolChoice | None:
+    """``required`` and a named function as the extension field; ``auto`` and ``none``
+    need none (``none`` sends no tools at all)."""
+    if not request.tools or request.tool_choice.mode not in ("required", "function"):
+        return None
+    if request.tool_choice.mode == "function":
+        return wire.NamedToolChoice(function=wire.FunctionName(name=request.tool_choice.name or ""))
+    return "required"
 
 
 def _wire_message(message: Message) -> wire.ChatMessage:
@@ -242,7 +255,7 @@ def _wire_tools(request: ChatRequest) -> list[wire.ToolDefinition]:
     ]
 
 
-def _wire_format(response_format: ResponseFormat) -> str | dict[str, Any] | None:
+def wire_format(response_format: ResponseFormat) -> str | dict[str, Any] | None:
     if response_format.type == "json":
         return "json"
     if response_format.type == "json_schema":
@@ -250,19 +263,19 @@ def _wire_format(response_format: ResponseFormat) -> str | dict[str, Any] | None
     return None
 
 
-def _wire_think(request: ChatRequest) -> bool | str | None:
+def wire_think(request: RequestBase) -> bool | str | None:
     if request.think is False:
         return False
     return request.think_level or request.think
 
 
-def _wire_seconds(seconds: float | None) -> float | None:
+def wire_seconds(seconds: float | None) -> float | None:
     if seconds is None:
         return None
     return int(seconds) if float(seconds).is_integer() else seconds
 
 
-def _wire_options(options: SamplingOptions) -> wire.ModelOptions | None:
+def wire_options(options: SamplingOptions) -> wire.ModelOptions | None:
     fields = {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None}
     return wire.ModelOptions(**fields) if fields else None
 
@@ -280,11 +293,17 @@ def parse_upstream_error(status: int, body: bytes) -> DragomanError:
 
 
 __all__ = [
+    "keep_alive_seconds",
     "parse_format",
     "parse_keep_alive",
     "parse_think",
     "parse_upstream_error",
     "to_canonical",
+    "sampling_options",
     "to_upstream",
+    "wire_format",
+    "wire_options",
+    "wire_seconds",
+    "wire_think",
     "wire_tool_call",
 ]

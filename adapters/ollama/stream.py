@@ -87,16 +87,18 @@ class StreamEncoder:
         if self._failed:
             return b""
         if isinstance(event, ContentDelta):
-            return self._line(wire.ResponseMessage(role="assistant", content=event.text)) if event.text else b""
+            if not event.text and not event.logprobs:
+                return b""
+            logprobs = wire_logprobs(event.logprobs) if event.logprobs else None
+            return encode_line(self._chunk(content=event.text, logprobs=logprobs))
         if isinstance(event, ThinkingDelta):
-            message = wire.ResponseMessage(role="assistant", content="", thinking=event.text)
-            return self._line(message) if event.text else b""
+            return encode_line(self._chunk(thinking=event.text)) if event.text else b""
         if isinstance(event, ToolCallDone):
             return self._calls([event.call])
         if isinstance(event, ToolCallFragment):
             return self._complete_calls(lambda: self._fragments.add(event))
         if isinstance(event, Logprobs):
-            return self._line(_ASSISTANT_EMPTY, logprobs=wire_logprobs(event.tokens))
+            return encode_line(self._chunk(logprobs=wire_logprobs(event.tokens)))
         if isinstance(event, Finish):
             return self._complete_calls(self._fragments.finish) + self._finish(event)
         if isinstance(event, ErrorEvent):
@@ -113,6 +115,26 @@ class StreamEncoder:
     def close(self) -> bytes:
         return b""
 
+    # -- the shape of a line: /api/chat's here, /api/generate's in a subclass --
+
+    def _chunk(
+        self,
+        *,
+        content: str = "",
+        thinking: str | None = None,
+        tool_calls: list[wire.ToolCall] | None = None,
+        logprobs: list[wire.Logprob] | None = None,
+    ) -> msgspec.Struct:
+        message = wire.ResponseMessage(role="assistant", content=content, thinking=thinking, tool_calls=tool_calls)
+        return wire.ChatResponse(
+            model=self._model, created_at=created_at(), message=message, done=False, logprobs=logprobs
+        )
+
+    def _last(self, event: Finish) -> msgspec.Struct:
+        return _final(self._model, _ASSISTANT_EMPTY, event.reason, event.usage, event.timings)
+
+    # -- internals --
+
     def _complete_calls(self, complete: Callable[[], list[ToolCall]]) -> bytes:
         try:
             calls = complete()
@@ -124,28 +146,23 @@ class StreamEncoder:
     def _calls(self, calls: list[ToolCall]) -> bytes:
         lines = []
         for call in calls:
-            message = wire.ResponseMessage(
-                role="assistant", content="", tool_calls=[_numbered_call(call, self._calls_sent)]
-            )
+            lines.append(encode_line(self._chunk(tool_calls=[numbered_call(call, self._calls_sent)])))
             self._calls_sent += 1
-            lines.append(self._line(message))
         return b"".join(lines)
 
     def _finish(self, event: Finish) -> bytes:
         if self._failed:
             return b""
-        return _encode_line(_final(self._model, _ASSISTANT_EMPTY, event.reason, event.usage, event.timings))
-
-    def _line(self, message: wire.ResponseMessage, logprobs: list[wire.Logprob] | None = None) -> bytes:
-        chunk = wire.ChatResponse(
-            model=self._model, created_at=created_at(), message=message, done=False, logprobs=logprobs
-        )
-        return _encode_line(chunk)
+        return encode_line(self._last(event))
 
 
-def _numbered_call(call: ToolCall, index: int) -> wire.ToolCall:
+def numbered_call(call: ToolCall, index: int) -> wire.ToolCall:
     # Indices count calls in order of completion: local parsers leave them all 0.
     return wire_tool_call(msgspec.structs.replace(call, id=call.id or new_call_id()), index)
+
+
+def done_reason(reason: FinishReason) -> str:
+    return _DONE_REASON[reason]
 
 
 def _final(
@@ -189,12 +206,12 @@ def _finite(logprob: float) -> float:
     return logprob if math.isfinite(logprob) else IMPOSSIBLE_LOGPROB
 
 
-def _encode_line(value: msgspec.Struct) -> bytes:
+def encode_line(value: msgspec.Struct) -> bytes:
     return _encoder.encode(value) + b"\n"
 
 
 def _error_line(message: str) -> bytes:
-    return _encode_line(wire.ErrorResponse(error=message))
+    return encode_line(wire.ErrorResponse(error=message))
 
 
 # -- whole replies ------------------------------------------------------------------------
@@ -206,7 +223,7 @@ def render_response(result: ChatResult, model: str) -> bytes:
         role="assistant",
         content=result.content,
         thinking=result.thinking or None,
-        tool_calls=[_numbered_call(c, i) for i, c in enumerate(result.tool_calls)] or None,
+        tool_calls=[numbered_call(c, i) for i, c in enumerate(result.tool_calls)] or None,
     )
     logprobs = wire_logprobs(result.logprobs) if result.logprobs else None
     return _encoder.encode(_final(model, message, result.finish_reason, result.usage, result.timings, logprobs))
@@ -243,10 +260,14 @@ class UpstreamStreamDecoder:
         if not line or self._ended:
             return []
         try:
-            reply = _line_decoder.decode(line)
+            reply = self.decode(line)
         except msgspec.DecodeError as exc:
             return self._end(ErrorEvent(f"upstream sent a malformed line: {exc}", status=502))
         return self._reply_events(reply)
+
+    def decode(self, body: bytes) -> wire.UpstreamChatResponse:
+        """One line (or a whole reply); a subclass reads ``/api/generate``'s shape."""
+        return _line_decoder.decode(body)
 
     def finish(self) -> list[Event]:
         if self._ended:
@@ -260,13 +281,16 @@ class UpstreamStreamDecoder:
         if not self._started:
             self._started = True
             events.append(RoleStart())
+        logprobs = _canonical_logprobs(reply.logprobs) if reply.logprobs else None
         if reply.message is not None:
             try:
-                events += self._message_events(reply.message)
+                events += self._message_events(reply.message, logprobs)
             except MalformedToolCall as exc:
                 return self._end(ErrorEvent(exc.message, status=502), events)
-        if reply.logprobs:
-            events.append(Logprobs(tokens=_canonical_logprobs(reply.logprobs)))
+            if reply.message.content:
+                logprobs = None  # they went out with the text
+        if logprobs:
+            events.append(Logprobs(tokens=logprobs))
         if reply.done:
             self._ended = True
             events.append(_upstream_finish(reply))
@@ -276,12 +300,12 @@ class UpstreamStreamDecoder:
         self._ended = True
         return [*(events or []), error]
 
-    def _message_events(self, message: wire.ChatMessage) -> list[Event]:
+    def _message_events(self, message: wire.ChatMessage, logprobs: list[TokenLogprob] | None) -> list[Event]:
         events: list[Event] = []
         if message.thinking:
             events.append(ThinkingDelta(message.thinking))
         if message.content:
-            events.append(ContentDelta(message.content))
+            events.append(ContentDelta(message.content, logprobs))
         for call in message.tool_calls or []:
             events.append(ToolCallDone(_upstream_call(call, self._calls_seen)))
             self._calls_seen += 1
@@ -320,13 +344,13 @@ def _canonical_logprobs(logprobs: list[wire.Logprob]) -> list[TokenLogprob]:
     ]
 
 
-def parse_upstream_response(body: bytes) -> list[Event]:
+def parse_upstream_response(body: bytes, decoder: UpstreamStreamDecoder | None = None) -> list[Event]:
     """A non-streaming reply as events; an NDJSON body (stream flag ignored) works too."""
-    decoder = UpstreamStreamDecoder()
+    decoder = decoder or UpstreamStreamDecoder()
     events: list[Event] = []
     try:
         # One object, however it is laid out over lines.
-        events += decoder._reply_events(_line_decoder.decode(body))
+        events += decoder._reply_events(decoder.decode(body))
     except msgspec.DecodeError:
         for line in body.splitlines():
             events += decoder.feed(line)
@@ -334,10 +358,14 @@ def parse_upstream_response(body: bytes) -> list[Event]:
 
 
 __all__ = [
+    "IMPOSSIBLE_LOGPROB",
     "StreamEncoder",
     "UpstreamStreamDecoder",
     "created_at",
+    "done_reason",
+    "encode_line",
     "new_call_id",
+    "numbered_call",
     "parse_upstream_response",
     "render_error",
     "render_load_response",

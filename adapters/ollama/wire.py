@@ -46,6 +46,15 @@ class ToolDefinition(msgspec.Struct, kw_only=True):
     function: ToolDefinitionFunction
 
 
+class FunctionName(msgspec.Struct):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct):
+    function: FunctionName
+    type: str = "function"
+
+
 class ChatMessage(msgspec.Struct, omit_defaults=True):
     # A plain string: Ollama lower-cases roles, and convert names the bad one.
     role: str
@@ -94,6 +103,32 @@ class ChatRequest(msgspec.Struct, omit_defaults=True):
     options: ModelOptions | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] = 0
+    # Extension (Ollama has no tool_choice): OpenAI's spelling. A dragoman upstream
+    # honours it; Ollama ignores it, which dragoman's ollama backend checks for.
+    tool_choice: str | NamedToolChoice | None = None
+
+
+class GenerateRequest(msgspec.Struct, omit_defaults=True):
+    """``POST /api/generate`` as Ollama's ``api.GenerateRequest``."""
+
+    model: str
+    # Empty means "load the model" (with keep_alive 0: unload it).
+    prompt: str = ""
+    suffix: str = ""  # "" is no suffix, as in Go
+    system: str = ""
+    # Go templates are not rendered: convert refuses a non-empty one, naming it.
+    template: str = ""
+    # Deprecated token memory of an earlier reply: accepted and ignored.
+    context: list[int] | None = None
+    stream: bool = True
+    raw: bool = False
+    format: str | dict[str, Any] | None = None
+    keep_alive: float | str | None = None
+    images: list[str] | None = None
+    options: ModelOptions | None = None
+    think: bool | str | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] = 0
 
 
 # -- response --------------------------------------------------------------------------
@@ -139,6 +174,26 @@ class ChatResponse(msgspec.Struct, omit_defaults=True):
     eval_duration: int | None = None
 
 
+class GenerateResponse(msgspec.Struct, omit_defaults=True):
+    """One ``/api/generate`` NDJSON line, or the whole reply: ``response`` is always
+    present; counts and durations only on the final (``done: true``) object."""
+
+    model: str
+    created_at: str
+    response: str
+    done: bool
+    thinking: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    done_reason: str | None = None
+    logprobs: list[Logprob] | None = None
+    total_duration: int | None = None
+    load_duration: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
+
+
 class ErrorResponse(msgspec.Struct):
     error: str
 
@@ -149,6 +204,27 @@ class UpstreamChatResponse(msgspec.Struct):
 
     model: str = ""
     message: ChatMessage | None = None
+    done: bool = False
+    done_reason: str | None = None
+    logprobs: list[Logprob] | None = None
+    total_duration: int = 0
+    load_duration: int = 0
+    prompt_eval_count: int = 0
+    prompt_eval_duration: int = 0
+    eval_count: int = 0
+    eval_duration: int = 0
+    error: str | None = None
+    status: int | None = None
+
+
+class UpstreamGenerateResponse(msgspec.Struct):
+    """A line (or whole reply) of an upstream Ollama server's ``/api/generate``, read
+    as leniently as :class:`UpstreamChatResponse`."""
+
+    model: str = ""
+    response: str = ""
+    thinking: str | None = None
+    tool_calls: list[ToolCall] | None = None
     done: bool = False
     done_reason: str | None = None
     logprobs: list[Logprob] | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from adapters.openai.convert import to_canonical
 from adapters.openai.stream import StreamEncoder, render_error, render_response
 from adapters.openai.upstream_reply import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
-from adapters.openai.upstream_request import to_upstream
+from adapters.openai.upstream_request import completion_to_upstream, to_upstream
 from adapters.openai.wire import (
     ChatCompletionMessage,
     ChatCompletionRequest,
@@ -27,6 +27,7 @@ __all__ = [
     "OpenAIToolDefinition",
     "StreamEncoder",
     "UpstreamStreamDecoder",
+    "completion_to_upstream",
     "parse_upstream_error",
     "parse_upstream_response",
     "render_error",

@@ -28,9 +28,9 @@ from adapters.durations import parse_duration
 from adapters.errors import RequestError, UnsupportedFeature
 from adapters.images import decode_base64_image
 from adapters.openai import wire
+from adapters.tool_choice import parse_tool_choice
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
-TOOL_CHOICE_MODES = ("none", "auto", "required")
 MAX_TOP_LOGPROBS = 20
 
 _URL_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -53,7 +53,7 @@ def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
         logprobs=bool(request.logprobs),
         top_logprobs=_top_logprobs(request),
         stream=request.stream,
-        keep_alive=_keep_alive(request.keep_alive),
+        keep_alive=keep_alive_seconds(request.keep_alive),
     )
 
 
@@ -79,21 +79,9 @@ def _reasoning(request: wire.ChatCompletionRequest) -> tuple[bool | None, ThinkL
 
 
 def _tool_choice(choice: str | wire.NamedToolChoice | None, tools: list[Tool]) -> ToolChoice:
-    if choice is None:
-        return ToolChoice()
     if isinstance(choice, wire.NamedToolChoice):
-        name = choice.function.name
-        if all(tool.name != name for tool in tools):
-            param = "tool_choice.function.name"
-            raise RequestError(f"{param}: no tool named '{name}' in tools", param=param)
-        return ToolChoice(mode="function", name=name)
-    if choice not in TOOL_CHOICE_MODES:
-        allowed = ", ".join(TOOL_CHOICE_MODES)
-        message = f"tool_choice: unsupported value '{choice}'; allowed: {allowed}, or a named function"
-        raise RequestError(message, param="tool_choice")
-    if choice == "required" and not tools:
-        raise RequestError("tool_choice: 'required' needs at least one tool in tools", param="tool_choice")
-    return ToolChoice(mode=choice)  # type: ignore[arg-type]
+        return parse_tool_choice(None, choice.function.name, tools)
+    return parse_tool_choice(choice, None, tools)
 
 
 def _options(request: wire.ChatCompletionRequest) -> SamplingOptions:
@@ -109,11 +97,11 @@ def _options(request: wire.ChatCompletionRequest) -> SamplingOptions:
         frequency_penalty=request.frequency_penalty,
         seed=request.seed,
         num_predict=max_tokens,
-        stop=_stop(request.stop),
+        stop=stop_sequences(request.stop),
     )
 
 
-def _stop(stop: str | list[str] | None) -> list[str] | None:
+def stop_sequences(stop: str | list[str] | None) -> list[str] | None:
     sequences = [stop] if isinstance(stop, str) else stop or []
     return [s for s in sequences if s] or None
 
@@ -144,7 +132,7 @@ def _top_logprobs(request: wire.ChatCompletionRequest) -> int:
     return top
 
 
-def _keep_alive(value: float | str | None) -> float | None:
+def keep_alive_seconds(value: float | str | None) -> float | None:
     if value is None:
         return None
     try:

@@ -14,3 +14,8 @@ def new_completion_id() -> str:
 
 def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
+
+
+def new_text_completion_id() -> str:
+    """``/v1/completions`` ids are ``cmpl-…``, as OpenAI and vLLM spell them."""
+    return "cmpl-" + secrets.token_hex(12)

@@ -105,7 +105,10 @@ class StreamEncoder:
     def encode(self, event: Event) -> bytes:
         head = b"" if self._started else self._start()
         if isinstance(event, ContentDelta):
-            return head + self._delta(wire.ChatCompletionDelta(content=event.text)) if event.text else head
+            if not event.text and not event.logprobs:
+                return head
+            logprobs = _logprobs(event.logprobs) if event.logprobs else None
+            return head + self._delta(wire.ChatCompletionDelta(content=event.text), logprobs=logprobs)
         if isinstance(event, ThinkingDelta):
             if not event.text:
                 return head

@@ -57,14 +57,17 @@ def parse_upstream_response(body: bytes) -> list[Event]:
     thinking = message.reasoning_content or message.reasoning
     if thinking:
         events.append(ThinkingDelta(thinking))
-    if message.content:
-        events.append(ContentDelta(message.content))
+    logprobs = _logprobs(choice.logprobs)
+    text = choice.text if choice.text is not None else message.content
+    if text:
+        events.append(ContentDelta(text, logprobs))
+        logprobs = None
     try:
         events += [ToolCallDone(_whole_call(call, position)) for position, call in enumerate(message.tool_calls or ())]
     except MalformedToolCall as exc:
         return [ErrorEvent(exc.message, status=BAD_GATEWAY)]
-    if choice.logprobs is not None and choice.logprobs.content:
-        events.append(Logprobs(_logprobs(choice.logprobs.content)))
+    if logprobs:
+        events.append(Logprobs(logprobs))
     events.append(Finish(reason=_finish_reason(choice.finish_reason), usage=_usage(reply.usage)))
     return events
 
@@ -148,15 +151,20 @@ class UpstreamStreamDecoder:
     def _choice_events(self, choice: wire.UpstreamChoice) -> list[Event]:
         events: list[Event] = []
         delta = choice.delta or choice.message
+        logprobs = _logprobs(choice.logprobs)
+        if choice.text:  # a /v1/completions chunk
+            events.append(ContentDelta(choice.text, logprobs))
+            logprobs = None
         if delta is not None:
             thinking = delta.reasoning_content or delta.reasoning
             if thinking:
                 events.append(ThinkingDelta(thinking))
             if delta.content:
-                events.append(ContentDelta(delta.content))
+                events.append(ContentDelta(delta.content, logprobs))
+                logprobs = None  # they went out with the text
             events += [self._fragment(call) for call in delta.tool_calls or ()]
-        if choice.logprobs is not None and choice.logprobs.content:
-            events.append(Logprobs(_logprobs(choice.logprobs.content)))
+        if logprobs:
+            events.append(Logprobs(logprobs))
         if choice.finish_reason is not None:
             self._finish_reason = choice.finish_reason
         return events
@@ -211,16 +219,37 @@ def _usage(usage: wire.UpstreamUsage | None) -> Usage:
     return Usage(prompt_tokens=usage.prompt_tokens or 0, completion_tokens=usage.completion_tokens or 0)
 
 
-def _logprobs(tokens: list[wire.UpstreamLogprob]) -> list[TokenLogprob]:
-    return [
-        TokenLogprob(
-            token=token.token,
-            logprob=token.logprob,
-            bytes=token.bytes,
-            top_logprobs=[TopLogprob(top.token, top.logprob, top.bytes) for top in token.top_logprobs or ()],
-        )
-        for token in tokens
-    ]
+def _logprobs(logprobs: wire.UpstreamLogprobs | None) -> list[TokenLogprob] | None:
+    """Either shape as canonical logprobs; None when there are none."""
+    if logprobs is None:
+        return None
+    if logprobs.content:
+        return [
+            TokenLogprob(
+                token=token.token,
+                logprob=token.logprob,
+                bytes=token.bytes,
+                top_logprobs=[TopLogprob(top.token, top.logprob, top.bytes) for top in token.top_logprobs or ()],
+            )
+            for token in logprobs.content
+        ]
+    if logprobs.tokens:
+        values = logprobs.token_logprobs or []
+        tops = logprobs.top_logprobs or []
+        return [
+            TokenLogprob(
+                token=token,
+                logprob=_value(values[i] if i < len(values) else None),
+                top_logprobs=[TopLogprob(t, _value(v)) for t, v in ((tops[i] if i < len(tops) else None) or {}).items()],
+            )
+            for i, token in enumerate(logprobs.tokens)
+        ]
+    return None
+
+
+def _value(logprob: float | None) -> float:
+    # A prompt token's logprob is null in vLLM's echo; -inf says "not known" here.
+    return float("-inf") if logprob is None else logprob
 
 
 def _error_event(error: wire.UpstreamErrorDetail | str) -> ErrorEvent:

@@ -13,16 +13,18 @@ import msgspec
 
 from adapters.canonical import (
     ChatRequest,
+    CompletionRequest,
     ImagePart,
     Message,
     ResponseFormat,
     SamplingOptions,
     TextPart,
     Tool,
-    ToolChoice,
 )
+from adapters.errors import UnsupportedFeature
 from adapters.images import sniff_image_mime
 from adapters.openai.ids import new_call_id
+from adapters.tool_choice import wire_tool_choice
 
 # Sampling options with a top-level OpenAI field of the same name.
 OPENAI_OPTIONS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
@@ -49,8 +51,8 @@ def to_upstream(request: ChatRequest, model: str, *, extra_options: bool = False
     dropped = _put_options(body, request.options, extra_options=extra_options)
     if request.tools:
         body["tools"] = [_upstream_tool(tool) for tool in request.tools]
-        if request.tool_choice.mode != "auto":
-            body["tool_choice"] = _upstream_tool_choice(request.tool_choice)
+        if (choice := wire_tool_choice(request.tool_choice)) is not None:
+            body["tool_choice"] = choice
     if request.response_format.type != "text":
         body["response_format"] = _upstream_format(request.response_format)
     effort = _upstream_effort(request)
@@ -60,6 +62,34 @@ def to_upstream(request: ChatRequest, model: str, *, extra_options: bool = False
         body["logprobs"] = True
         if request.top_logprobs:
             body["top_logprobs"] = request.top_logprobs
+    body["stream"] = request.stream
+    if request.stream:
+        body["stream_options"] = {"include_usage": True}
+    return _encoder.encode(body), dropped
+
+
+def completion_to_upstream(
+    request: CompletionRequest, model: str, *, extra_options: bool = False
+) -> tuple[bytes, list[str]]:
+    """The ``/v1/completions`` body for a raw or fill-in-the-middle completion (a
+    templated one is a chat: :meth:`CompletionRequest.as_chat`)."""
+    if request.images:
+        raise UnsupportedFeature(
+            "images: an OpenAI-compatible /v1/completions takes no images; send them with a templated prompt "
+            "(neither raw nor suffix), which goes to the upstream's chat endpoint",
+            param="images",
+        )
+    body: dict[str, Any] = {"model": model, "prompt": request.prompt}
+    if request.suffix is not None:
+        body["suffix"] = request.suffix
+    dropped = _put_options(body, request.options, extra_options=extra_options)
+    # Absent, max_tokens is 16 on /v1/completions; null is "up to the context", which
+    # is what Ollama's unset num_predict means.
+    body.setdefault("max_tokens", None)
+    if request.response_format.type != "text":
+        body["response_format"] = _upstream_format(request.response_format)
+    if request.logprobs:
+        body["logprobs"] = request.top_logprobs
     body["stream"] = request.stream
     if request.stream:
         body["stream_options"] = {"include_usage": True}
@@ -95,12 +125,6 @@ def _upstream_tool(tool: Tool) -> dict[str, Any]:
         function["description"] = tool.description
     function["parameters"] = tool.parameters or {"type": "object", "properties": {}}
     return {"type": "function", "function": function}
-
-
-def _upstream_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
-    if choice.mode == "function":
-        return {"type": "function", "function": {"name": choice.name}}
-    return choice.mode
 
 
 def _upstream_format(fmt: ResponseFormat) -> dict[str, Any]:

@@ -287,13 +287,21 @@ class UpstreamLogprob(msgspec.Struct):
 
 
 class UpstreamLogprobs(msgspec.Struct):
+    """Chat's ``content`` list, or ``/v1/completions``' legacy parallel lists."""
+
     content: list[UpstreamLogprob] | None = None
+    tokens: list[str] | None = None
+    token_logprobs: list[float | None] | None = None
+    top_logprobs: list[dict[str, float] | None] | None = None
 
 
 class UpstreamChoice(msgspec.Struct):
+    """A chat choice (``message`` or ``delta``) or a completion choice (``text``)."""
+
     index: int = 0
     message: UpstreamMessage | None = None
     delta: UpstreamMessage | None = None
+    text: str | None = None
     finish_reason: str | None = None
     logprobs: UpstreamLogprobs | None = None
 

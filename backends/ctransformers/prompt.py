@@ -15,6 +15,7 @@ from typing import Literal
 import msgspec
 
 from adapters.canonical import Message, TextPart
+from adapters.errors import RequestError
 from backends.text.segments import Guard, Segment
 
 Preset = Literal["chatml", "llama2", "alpaca", "plain"]
@@ -38,14 +39,22 @@ def choose_preset(template: TemplateChoice, special_tokens: dict[str, int]) -> P
 
 
 def render_preset(preset: Preset, messages: list[Message]) -> str:
-    """The prompt for ``messages`` in ``preset``, ending where the assistant writes."""
+    """The prompt for ``messages`` in ``preset``, ending where the assistant writes.
+    ChatML and the plain transcript write any role; Llama 2 and Alpaca have only
+    system, user and assistant turns (and tool results as user turns), so another
+    role is refused by name rather than passed off as the user's."""
+    if preset in ("llama2", "alpaca"):
+        for i, message in enumerate(messages):
+            if message.role not in ("system", "user", "assistant", "tool"):
+                param = f"messages[{i}].role"
+                raise RequestError(f"{param}: the {preset} prompt format has no role '{message.role}'", param=param)
     return _RENDERERS[preset](messages)
 
 
 def render_preset_segments(preset: Preset, messages: list[Message], protected: frozenset[str]) -> list[Segment]:
     """:func:`render_preset` as segments: ``protected`` texts in messages stay plain."""
     guard = Guard(protected)
-    guarded = [msgspec.structs.replace(m, parts=[TextPart(guard.text(m.text))]) for m in messages]
+    guarded = [msgspec.structs.replace(m, role=guard.text(m.role), parts=[TextPart(guard.text(m.text))]) for m in messages]
     return guard.segments(render_preset(preset, guarded))
 
 
@@ -94,8 +103,7 @@ def _alpaca(messages: list[Message]) -> str:
 
 def _plain(messages: list[Message]) -> str:
     """A transcript any base model continues: ``User: …`` / ``Assistant: …`` lines."""
-    labels = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
-    lines = [f"{labels[m.role]}: {m.text}" for m in messages]
+    lines = [f"{m.role.capitalize()}: {m.text}" for m in messages]
     return "\n".join([*lines, "Assistant:"])
 
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Logprobs, RoleStart, Timings, Usage
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, RoleStart, Timings, Usage
 from adapters.errors import BackendError, ContextTooLong, RequestError
 from backends.admission import Admission
 from backends.base import Capabilities, LoadedModel, ModelDetails
@@ -28,7 +28,7 @@ from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.grammar import guidance_for
 from backends.onnx.model_files import ModelFiles
-from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, OutputParser
+from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, LogprobsPairing, OutputParser
 from backends.onnx.prepare import is_prepared, missing_build_tools
 from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
 from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
@@ -168,6 +168,7 @@ class OnnxBackend:
         reports: asyncio.Queue[Report | WorkerGone] = worker.listen(start.request_id)
         tokens_seen = 0
         finished = False
+        logprobs = LogprobsPairing()
         try:
             worker.send(start)
             first = await reports.get()
@@ -180,13 +181,11 @@ class OnnxBackend:
                 report = await reports.get()
                 if isinstance(report, Tokens):
                     tokens_seen += len(report.token_ids)
-                    for event in parser.feed(report.text):
+                    for event in logprobs.pair(parser.feed(report.text), report.logprobs if request.logprobs else None):
                         yield event
-                    if report.logprobs and request.logprobs:
-                        yield Logprobs(report.logprobs)
                 elif isinstance(report, Done):
                     finished = True
-                    for event in [*parser.feed(report.text), *parser.finish()]:
+                    for event in [*logprobs.pair([*parser.feed(report.text), *parser.finish()], None), *logprobs.flush()]:
                         yield event
                     yield self._finish(report, parser, began, load_ns)
                     self.counters["finished"] += 1

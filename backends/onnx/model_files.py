@@ -98,6 +98,8 @@ class ModelFiles:
         return self._configured or model_max
 
     def context_length(self, num_ctx: int | None, model_context: int) -> int:
-        limit = model_context or self.configured_context() or 2048
-        wanted = num_ctx if num_ctx and num_ctx > 0 else self.configured_context() or limit
+        """The context one request gets: its ``num_ctx``, within the entry's
+        configured ``context_length`` (the operator's memory bound) and the model's."""
+        limit = min((c for c in (model_context, self.configured_context()) if c), default=2048)
+        wanted = num_ctx if num_ctx and num_ctx > 0 else limit
         return min(wanted, limit)

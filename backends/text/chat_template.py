@@ -13,9 +13,9 @@ import datetime as dt
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from adapters.canonical import Message, Tool, ToolCall
+from adapters.canonical import Message, Role, Tool, ToolCall
 from adapters.errors import RequestError
 from backends.text.segments import Guard, Segment, prompt_text
 
@@ -119,12 +119,34 @@ def render_chat_segments(
     try:
         text = _compiled(template).render(messages=rendered, **variables)
     except TemplateRaised as exc:
-        raise RequestError(f"the chat template refused the messages: {exc}", param="messages") from exc
+        raise _role_refused(messages, str(exc)) or RequestError(
+            f"the chat template refused the messages: {exc}", param="messages"
+        ) from exc
     except Exception as exc:  # a template bug must not be a 500 without a reason
-        raise RequestError(
+        raise _role_refused(messages, f"{type(exc).__name__}: {exc}") or RequestError(
             f"the chat template failed to render: {type(exc).__name__}: {exc}", param="messages"
         ) from exc
-    return guard.segments(text)
+    segments = guard.segments(text)
+    dropped = _role_refused(messages, "the template leaves such messages out", prompt_text(segments))
+    if dropped is not None:
+        raise dropped
+    return segments
+
+
+KNOWN_ROLES = frozenset(get_args(Role))
+
+
+def _role_refused(messages: list[Message], reason: str, prompt: str | None = None) -> RequestError | None:
+    """The 400 naming the first message of a role outside :data:`Role` that the
+    template failed on (or, given ``prompt``, silently left out)."""
+    for i, message in enumerate(messages):
+        if message.role in KNOWN_ROLES:
+            continue
+        if prompt is not None and message.text.strip() in prompt:
+            continue
+        param = f"messages[{i}].role"
+        return RequestError(f"{param}: the model's chat template cannot render role '{message.role}' ({reason})", param=param)
+    return None
 
 
 def tool_spec(tool: Tool) -> dict[str, Any]:
@@ -144,9 +166,10 @@ def _message_dict(message: Message, guard: Guard, *, native_tools: bool) -> dict
     """The template's view of a message; every client string in it guarded, the
     markers dragoman adds itself (``<tool_call>`` …) not."""
     content = guard.text(message.text)
+    role = guard.text(message.role)  # any string an Ollama client sent
     calls = [guard.value(_call_dict(c)) for c in message.tool_calls]
     if native_tools:
-        out: dict[str, Any] = {"role": message.role, "content": content}
+        out: dict[str, Any] = {"role": role, "content": content}
         if calls:
             out["tool_calls"] = calls
         if message.role == "tool":
@@ -159,7 +182,7 @@ def _message_dict(message: Message, guard: Guard, *, native_tools: bool) -> dict
         out = {"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"}
     else:
         spelled = "\n".join(f"<tool_call>\n{_call_json(c['function'])}\n</tool_call>" for c in calls)
-        out = {"role": message.role, "content": "\n".join(p for p in (content, spelled) if p)}
+        out = {"role": role, "content": "\n".join(p for p in (content, spelled) if p)}
     if message.thinking:
         out["reasoning_content"] = out["thinking"] = guard.text(message.thinking)
     return out

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
-from adapters.canonical import ContentDelta, Event, ThinkingDelta, ToolCall, ToolCallDone
+from adapters.canonical import ContentDelta, Event, Logprobs, ThinkingDelta, TokenLogprob, ToolCall, ToolCallDone
 from backends.text.stops import partial_suffix_length
 
 ToolParser = Literal["hermes", "none"]
@@ -163,3 +163,35 @@ def parse_hermes_call(body: str) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(arguments, dict):
         return None
     return value["name"], arguments
+
+
+class LogprobsPairing:
+    """Puts each token's logprobs on the reply text it produced, so that a stream
+    carries them on the same chunk as their content. ``pair`` takes the parser's
+    events for a batch of tokens and those tokens' logprobs: they ride on the first
+    content delta; tokens that produced only thinking or a call get a ``Logprobs``
+    event of their own; tokens whose text is still held back wait for the next text.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[TokenLogprob] = []
+
+    def pair(self, events: list[Event], logprobs: list[TokenLogprob] | None) -> list[Event]:
+        if logprobs:
+            self._pending += logprobs
+        if not self._pending or not events:
+            return events
+        paired: list[Event] = []
+        for event in events:
+            if self._pending and isinstance(event, ContentDelta):
+                event = ContentDelta(event.text, [*(event.logprobs or []), *self._pending])
+                self._pending = []
+            paired.append(event)
+        return paired + self.flush()
+
+    def flush(self) -> list[Event]:
+        """What is still pending, as a ``Logprobs`` event (at the end of a reply)."""
+        if not self._pending:
+            return []
+        event, self._pending = Logprobs(self._pending), []
+        return [event]

@@ -10,13 +10,23 @@ is read completely before its first event); after that a failure is an ``ErrorEv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import ClassVar, Protocol
 
 import httpx
+import msgspec
 import structlog
 
-from adapters.canonical import ChatRequest, ContentDelta, ErrorEvent, Event, Secret, ThinkingDelta
+from adapters.canonical import (
+    ChatRequest,
+    CompletionRequest,
+    ContentDelta,
+    ErrorEvent,
+    Event,
+    Request,
+    Secret,
+    ThinkingDelta,
+)
 from adapters.errors import BackendError, BackendTimeout, DragomanError
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.upstream.clients import ClientLease
@@ -47,6 +57,15 @@ class StreamDecoder(Protocol):
     def finish(self) -> list[Event]: ...
 
 
+class Call(msgspec.Struct, frozen=True):
+    """One request to the upstream: where it goes, what it sends, how its reply reads."""
+
+    path: str
+    body: bytes
+    decoder: Callable[[], StreamDecoder]
+    parse: Callable[[bytes], list[Event]]  # a whole (non-streaming) reply
+
+
 class HttpUpstreamBackend:
     """Subclasses name the dialect: paths, request encoding, reply decoding."""
 
@@ -61,7 +80,7 @@ class HttpUpstreamBackend:
         s = self.settings
         self.pool = EndpointPool(s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name)
         self._clients = ClientLease(s.max_connections)
-        self._chat_urls = {e.url: httpx.URL(e.url + self.chat_path) for e in self.pool.endpoints}  # parsed once
+        self._urls: dict[tuple[str, str], httpx.URL] = {}  # (endpoint, path) -> URL, parsed once
         # Connect bounded here; every later wait by our own deadlines (exchange.py).
         self._timeout = httpx.Timeout(connect=s.connect_timeout, read=None, write=s.idle_timeout, pool=None)
         self._secret = s.secret_key
@@ -81,6 +100,14 @@ class HttpUpstreamBackend:
         """The chat body for the upstream, which knows the model as ``model``; it asks
         for a stream when the client did."""
         raise NotImplementedError
+
+    def completion_call(self, request: CompletionRequest, model: str) -> Call:
+        """The request a completion becomes: the dialect's completion endpoint, or
+        its chat endpoint for a templated prompt where that is the one that templates."""
+        raise NotImplementedError
+
+    def chat_call(self, request: ChatRequest, model: str) -> Call:
+        return Call(self.chat_path, self.encode_request(request, model), self.decoder, self.parse_response)
 
     def decoder(self) -> StreamDecoder:
         raise NotImplementedError
@@ -140,11 +167,21 @@ class HttpUpstreamBackend:
             return True, f"{endpoint.label} reachable"
         return False, "; ".join(problems)
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+    def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        return self.exchange(request, lambda model: self.chat_call(request, model))
+
+    def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
+        return self.exchange(request, lambda model: self.completion_call(request, model))
+
+    async def exchange(self, request: Request, make_call: Callable[[str], Call]) -> AsyncIterator[Event]:
+        """Sends the call ``make_call`` writes for the upstream's name of the model to
+        the first endpoint that answers, and relays its reply. The call is written
+        here, on the first iteration, so that a refusal is an error of the stream."""
         loop = asyncio.get_running_loop()
         s = self.settings
         total_deadline = loop.time() + s.total_timeout
-        body = self.encode_request(request, s.model or request.model)
+        call = make_call(s.model or request.model)
+        body = call.body
         headers = self._request_headers(request)
         failures: list[tuple[Endpoint, Failed]] = []
         attempts = self.pool.order()
@@ -154,7 +191,7 @@ class HttpUpstreamBackend:
                 break
             client = self._clients.client_for(endpoint.url)
             http_request = client.build_request(
-                "POST", self._chat_urls[endpoint.url], content=body, headers=headers, timeout=self._timeout
+                "POST", self._url(endpoint, call.path), content=body, headers=headers, timeout=self._timeout
             )
             # A whole reply is sent when it is done: only total_timeout bounds the wait.
             if request.stream:
@@ -167,7 +204,7 @@ class HttpUpstreamBackend:
                     reply = await open_reply(client, http_request, deadline, self._decode_error, silence=silence)
                     self.pool.succeeded(endpoint)
                     if not request.stream:
-                        events = await self._whole(reply, total_deadline)
+                        events = await self._whole(reply, total_deadline, call)
                 except Failed as failed:
                     self.pool.failed(endpoint, failed.reason)
                     failures.append((endpoint, failed))
@@ -178,7 +215,7 @@ class HttpUpstreamBackend:
                     self.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
                     raise
                 if request.stream:
-                    async for event in self._relay(endpoint, reply, total_deadline, request.model):
+                    async for event in self._relay(endpoint, reply, total_deadline, request.model, call):
                         yield event
                 else:
                     for event in events:
@@ -190,7 +227,13 @@ class HttpUpstreamBackend:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _request_headers(self, request: ChatRequest) -> dict[str, str]:
+    def _url(self, endpoint: Endpoint, path: str) -> httpx.URL:
+        url = self._urls.get((endpoint.url, path))
+        if url is None:
+            url = self._urls[(endpoint.url, path)] = httpx.URL(endpoint.url + path)
+        return url
+
+    def _request_headers(self, request: Request) -> dict[str, str]:
         if self.settings.forward_auth and request.authorization:
             return {**self._headers, "authorization": request.authorization}
         return self._headers
@@ -200,7 +243,7 @@ class HttpUpstreamBackend:
             body = body.replace(self._secret.encode(), b"***")
         return self.decode_error(status, body)
 
-    async def _whole(self, reply: Reply, total_deadline: float) -> list[Event]:
+    async def _whole(self, reply: Reply, total_deadline: float, call: Call) -> list[Event]:
         """The events of a whole reply. Servers that stream although asked not to are
         read as the stream they sent."""
         try:
@@ -209,13 +252,15 @@ class HttpUpstreamBackend:
             await reply.response.aclose()
         content_type = reply.response.headers.get("content-type", "")
         if "text/event-stream" not in content_type and "ndjson" not in content_type:
-            return self.parse_response(body)
-        decoder = self.decoder()
+            return call.parse(body)
+        decoder = call.decoder()
         events = [event for line in body.split(b"\n") for event in decoder.feed(line)]
         return events + decoder.finish()
 
-    async def _relay(self, endpoint: Endpoint, reply: Reply, total_deadline: float, model: str) -> AsyncIterator[Event]:
-        decoder = self.decoder()
+    async def _relay(
+        self, endpoint: Endpoint, reply: Reply, total_deadline: float, model: str, call: Call
+    ) -> AsyncIterator[Event]:
+        decoder = call.decoder()
         splitter = LineSplitter()
         coalesce = self.settings.coalesce
         watch = ReadWatch(self.settings.idle_timeout, total_deadline)
@@ -275,22 +320,20 @@ class HttpUpstreamBackend:
 
 
 def coalesce_deltas(events: list[Event]) -> list[Event]:
-    """Runs of text deltas of one kind merged into one delta. Applied to what arrived in
-    one read: deltas the upstream sent faster than we forward them go out as one frame
-    instead of one write each, and a stream that keeps up is left as it was."""
+    """Runs of text deltas of one kind merged into one delta (content keeps every
+    token's logprobs). Applied to what arrived in one read: deltas the upstream sent
+    faster than we forward them go out as one frame instead of one write each, and a
+    stream that keeps up is left as it was."""
     merged: list[Event] = []
-    run: list[str] = []
     for event in events:
-        kind = type(event)
-        if run and kind is type(merged[-1]) and (kind is ContentDelta or kind is ThinkingDelta):
-            run.append(event.text)  # type: ignore[union-attr]
-            continue
-        if len(run) > 1:
-            merged[-1] = type(merged[-1])("".join(run))  # type: ignore[call-arg]
-        merged.append(event)
-        run = [event.text] if kind is ContentDelta or kind is ThinkingDelta else []  # type: ignore[union-attr]
-    if len(run) > 1:
-        merged[-1] = type(merged[-1])("".join(run))  # type: ignore[call-arg]
+        last = merged[-1] if merged else None
+        if isinstance(event, ContentDelta) and isinstance(last, ContentDelta):
+            logprobs = (last.logprobs or []) + (event.logprobs or []) if last.logprobs or event.logprobs else None
+            merged[-1] = ContentDelta(last.text + event.text, logprobs)
+        elif isinstance(event, ThinkingDelta) and isinstance(last, ThinkingDelta):
+            merged[-1] = ThinkingDelta(last.text + event.text)
+        else:
+            merged.append(event)
     return merged
 
 
@@ -300,4 +343,4 @@ def _with_one_retry(endpoints: list[Endpoint]) -> list[Endpoint]:
     return endpoints * 2 if len(endpoints) == 1 else endpoints
 
 
-__all__ = ["HttpUpstreamBackend", "StreamDecoder", "coalesce_deltas"]
+__all__ = ["Call", "HttpUpstreamBackend", "StreamDecoder", "coalesce_deltas"]

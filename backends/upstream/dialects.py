@@ -8,6 +8,8 @@ written back as the client sent it. Fields it does not know (``user``, ``metadat
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import structlog
 
 from adapters import ollama, openai
@@ -16,6 +18,7 @@ from adapters.errors import DragomanError
 from backends.base import ModelDetails
 from backends.upstream.backend import HttpUpstreamBackend, StreamDecoder
 from backends.upstream.discovery import parse_ollama_tags, parse_openai_models
+from backends.upstream.tool_choice import require_tool_call
 
 log = structlog.get_logger("dragoman.upstream")
 
@@ -30,14 +33,17 @@ class OpenAIBackend(HttpUpstreamBackend):
 
     def encode_request(self, request: ChatRequest, model: str) -> bytes:
         body, dropped = openai.to_upstream(request, model, extra_options=self.settings.extra_options)
+        self._log_dropped(request.model, dropped)
+        return body
+
+    def _log_dropped(self, model: str, dropped: list[str]) -> None:
         if dropped:
             # Never remapped to a field of another meaning (repeat_penalty is not frequency_penalty).
             log.info(
                 "sampling options without an OpenAI field were dropped (extra_options: true sends them)",
-                model=request.model,
+                model=model,
                 dropped=dropped,
             )
-        return body
 
     def decoder(self) -> StreamDecoder:
         return openai.UpstreamStreamDecoder()
@@ -59,8 +65,17 @@ class OllamaBackend(HttpUpstreamBackend):
     models_path = "/api/tags"
     kind = "ollama"
 
+    def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        events = super().chat(request)
+        if request.tools and request.tool_choice.mode in ("required", "function"):
+            return require_tool_call(events, request.tool_choice, f"upstream {self._label()} (ollama)")
+        return events
+
     def encode_request(self, request: ChatRequest, model: str) -> bytes:
         return ollama.to_upstream(request, model)
+
+    def _label(self) -> str:
+        return ", ".join(e.label for e in self.pool.endpoints)
 
     def decoder(self) -> StreamDecoder:
         return ollama.UpstreamStreamDecoder()

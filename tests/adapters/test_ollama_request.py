@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 import yaml
 
-from adapters.canonical import ImagePart, ResponseFormat, SamplingOptions, TextPart, Tool, ToolCall
+from adapters.canonical import ImagePart, ResponseFormat, SamplingOptions, TextPart, Tool, ToolCall, ToolChoice
 from adapters.errors import RequestError
 from adapters.images import decode_base64_image, sniff_image_mime
 from adapters.ollama import ChatRequest, parse_keep_alive, to_canonical, wire
+from tests.support.seed_spec import SEED_SPEC
 
-SPEC = Path(__file__).resolve().parents[2].parent / "shared" / "spec" / "ollama-chat-openapi.yaml"
+SPEC = SEED_SPEC
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 16
@@ -227,6 +227,8 @@ ROLES = [
     ("tool", "tool", "tool"),
     ("developer is system", "developer", "system"),
     ("upper case lowered as Ollama does", "USER", "user"),
+    ("any other role is left to the template, as Ollama does", "Narrator", "narrator"),
+    ("ipython (Llama 3 templates know it)", "ipython", "ipython"),
 ]
 
 
@@ -235,11 +237,11 @@ def test_roles(name: str, role: str, expected: str) -> None:
     assert convert(messages=[{"role": role, "content": "x"}]).messages[0].role == expected
 
 
-def test_unknown_role_is_400_naming_the_message() -> None:
+def test_empty_role_is_400_naming_the_message() -> None:
     with pytest.raises(RequestError) as info:
-        convert(messages=[user(), {"role": "narrator", "content": "x"}])
+        convert(messages=[user(), {"role": " ", "content": "x"}])
     assert info.value.param == "messages[1].role"
-    assert info.value.message.startswith("messages[1].role: invalid role 'narrator'")
+    assert info.value.message == "messages[1].role: must not be empty"
 
 
 def test_content_defaults_to_empty_and_thinking_is_kept() -> None:
@@ -337,6 +339,26 @@ def test_tools() -> None:
         {"type": "function", "function": {"name": "bare"}},
     ]
     assert convert(tools=tools).tools == [Tool("weather", "Weather", SCHEMA), Tool("bare", None, {})]
+
+
+TOOL_CHOICES = [
+    # dragoman's extension (Ollama has no tool_choice), spelled as OpenAI spells it
+    ("absent is auto", None, ToolChoice()),
+    ("required", "required", ToolChoice(mode="required")),
+    ("a named function", {"type": "function", "function": {"name": "bare"}}, ToolChoice(mode="function", name="bare")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), TOOL_CHOICES, ids=[c[0] for c in TOOL_CHOICES])
+def test_tool_choice_extension(name: str, value: Any, expected: ToolChoice) -> None:
+    tools = [{"type": "function", "function": {"name": "bare"}}]
+    assert convert(tools=tools, **({"tool_choice": value} if value else {})).tool_choice == expected
+
+
+def test_tool_choice_naming_an_unknown_tool_is_400() -> None:
+    with pytest.raises(RequestError) as info:
+        convert(tools=[{"type": "function", "function": {"name": "a"}}], tool_choice={"function": {"name": "b"}})
+    assert info.value.param == "tool_choice.function.name"
 
 
 def test_non_function_tool_is_400() -> None:

@@ -157,6 +157,15 @@ STREAMS = [
         ],
     ),
     (
+        "logprobs on the line of the text they belong to",
+        [ContentDelta("Hi", [TokenLogprob("Hi", -0.1, [72, 105])]), ContentDelta("!", [TokenLogprob("!", -0.2)]), FINISH],
+        [
+            {**chunk(content="Hi"), "logprobs": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105]}]},
+            {**chunk(content="!"), "logprobs": [{"token": "!", "logprob": -0.2}]},
+            final(),
+        ],
+    ),
+    (
         "error event is the last line",
         [ContentDelta("a"), ErrorEvent("runner crashed", status=500), ContentDelta("b"), FINISH],
         [chunk(content="a"), {"error": "runner crashed"}],

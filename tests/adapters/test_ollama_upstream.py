@@ -127,18 +127,21 @@ def test_to_upstream_messages() -> None:
 
 TOOLS = [Tool("weather", "Weather now", SCHEMA), Tool("time")]
 TOOL_CHOICE = [
-    ("auto offers all", ToolChoice(), ["weather", "time"]),
-    ("required offers all", ToolChoice(mode="required"), ["weather", "time"]),
-    ("none offers none", ToolChoice(mode="none"), None),
-    ("function offers only it", ToolChoice(mode="function", name="time"), ["time"]),
-]
+    # (name, choice, tools offered, the tool_choice extension field)
+    ("auto offers all", ToolChoice(), ["weather", "time"], None),
+    ("required offers all and says so", ToolChoice(mode="required"), ["weather", "time"], "required"),
+    ("none offers none", ToolChoice(mode="none"), None, None),
+    ("function offers only it and names it", ToolChoice(mode="function", name="time"), ["time"],
+     {"type": "function", "function": {"name": "time"}}),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("name", "choice", "offered"), TOOL_CHOICE, ids=[c[0] for c in TOOL_CHOICE])
-def test_to_upstream_tools(name: str, choice: ToolChoice, offered: list[str] | None) -> None:
+@pytest.mark.parametrize(("name", "choice", "offered", "extension"), TOOL_CHOICE, ids=[c[0] for c in TOOL_CHOICE])
+def test_to_upstream_tools(name: str, choice: ToolChoice, offered: list[str] | None, extension: Any) -> None:
     body = upstream_body(tools=TOOLS, tool_choice=choice)
     names = [t["function"]["name"] for t in body["tools"]] if "tools" in body else None
     assert names == offered
+    assert body.get("tool_choice") == extension
     if offered:
         assert body["tools"][0]["type"] == "function"
     if offered and "weather" in offered:
@@ -256,8 +259,8 @@ DECODE = [
         ),
         [
             RoleStart(),
-            ContentDelta("A"),
-            Logprobs([TokenLogprob("A", -0.5, None, [TopLogprob("B", -1.0, [66])])]),
+            # on the text they belong to, as the upstream sent them
+            ContentDelta("A", [TokenLogprob("A", -0.5, None, [TopLogprob("B", -1.0, [66])])]),
             FINISH,
         ],
     ),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
@@ -14,8 +13,9 @@ from adapters.canonical import ChatRequest, ImagePart, ResponseFormat, TextPart,
 from adapters.errors import RequestError, UnsupportedFeature
 from adapters.openai import wire
 from adapters.openai.convert import to_canonical
+from tests.support.seed_spec import SEED_SPEC
 
-SPEC = Path(__file__).resolve().parents[2].parent / "shared" / "spec" / "ollama-chat-openapi.yaml"
+SPEC = SEED_SPEC
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
 JPEG = b"\xff\xd8\xff\xe0" + bytes(24)

@@ -207,6 +207,7 @@ STREAM_CASES: list[tuple[str, list[Event]]] = [
     ("text and a call", [RoleStart(), ContentDelta("Let me look."), ToolCallDone(TIME), FINISH]),
     ("truncated", [RoleStart(), ContentDelta("abc"), Finish(reason="length", usage=USAGE)]),
     ("logprobs", [RoleStart(), ContentDelta("Hé"), Logprobs([LOGPROB]), FINISH]),
+    ("logprobs with their text", [RoleStart(), ContentDelta("Hé", [LOGPROB]), ContentDelta("!", [LOGPROB]), FINISH]),
     ("empty deltas", [RoleStart(), ContentDelta(""), ThinkingDelta(""), FINISH]),
 ]  # fmt: skip
 
@@ -254,6 +255,17 @@ def test_exact_text_stream() -> None:
         f'data: {head}[{{"index":0,"delta":{{"content":"Hi"}},"finish_reason":null}}]}}\n\n'
         f'data: {head}[{{"index":0,"delta":{{}},"finish_reason":"stop"}}]}}\n\n'
         "data: [DONE]\n\n"
+    )
+
+
+def test_logprobs_go_out_on_the_chunk_of_their_text() -> None:
+    encoder = StreamEncoder("m")
+    raw = encoder.encode(ContentDelta("a", [TokenLogprob("a", -0.5, [97])]))
+    head = f'{{"id":"{encoder.id}","object":"chat.completion.chunk","created":{encoder.created},' \
+           '"model":"m","system_fingerprint":"fp_dragoman","choices":'  # fmt: skip
+    assert raw.decode().split("\n\n")[1] == (
+        f'data: {head}[{{"index":0,"delta":{{"content":"a"}},"finish_reason":null,'
+        '"logprobs":{"content":[{"token":"a","logprob":-0.5,"bytes":[97],"top_logprobs":[]}]}}]}'
     )
 
 

@@ -199,7 +199,10 @@ def reply(message: dict[str, Any], finish: str | None = "stop", **extra: Any) ->
 USAGE = Usage(prompt_tokens=5, completion_tokens=2)
 UPSTREAM_LOGPROBS = {"content": [{"token": "a", "logprob": -0.5, "bytes": [97],
                                   "top_logprobs": [{"token": "a", "logprob": -0.5, "bytes": [97]}]}]}  # fmt: skip
-LOGPROB_EVENT = Logprobs([TokenLogprob(token="a", logprob=-0.5, bytes=[97], top_logprobs=[TopLogprob("a", -0.5, [97])])])
+LOGPROB = TokenLogprob(token="a", logprob=-0.5, bytes=[97], top_logprobs=[TopLogprob("a", -0.5, [97])])
+# Logprobs ride on the text they belong to; without text they are an event of their own.
+CONTENT_WITH_LOGPROBS = ContentDelta("a", [LOGPROB])
+LOGPROB_EVENT = Logprobs([LOGPROB])
 
 RESPONSE_CASES: list[tuple[str, bytes, list[Event]]] = [
     ("text", reply({"role": "assistant", "content": "hello"}),
@@ -216,7 +219,11 @@ RESPONSE_CASES: list[tuple[str, bytes, list[Event]]] = [
     ("length", reply({"content": "abc"}, "length"), [RoleStart(), ContentDelta("abc"), Finish(reason="length", usage=USAGE)]),
     ("content_filter is a stop", reply({"content": ""}, "content_filter"), [RoleStart(), Finish(usage=USAGE)]),
     ("logprobs", reply({"content": "a"}, logprobs=UPSTREAM_LOGPROBS),
-     [RoleStart(), ContentDelta("a"), LOGPROB_EVENT, Finish(usage=USAGE)]),
+     [RoleStart(), CONTENT_WITH_LOGPROBS, Finish(usage=USAGE)]),
+    ("logprobs of a reply without text", reply({"content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, "tool_calls", logprobs=UPSTREAM_LOGPROBS),
+     [RoleStart(), ToolCallDone(ToolCall(name="f", arguments={}, id="c1", index=0)), LOGPROB_EVENT,
+      Finish(reason="tool_calls", usage=USAGE)]),
     ("no usage", msgspec.json.encode({"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]}),
      [RoleStart(), ContentDelta("x"), Finish()]),
 ]  # fmt: skip
@@ -300,7 +307,10 @@ STREAM_CASES: list[tuple[str, list[bytes], list[Event]]] = [
     ("content_filter is a stop", sse(delta("content_filter"), "[DONE]"), [RoleStart(), Finish()]),
     ("logprobs", sse({"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": UPSTREAM_LOGPROBS}]}, delta("stop"),
                      "[DONE]"),
-     [RoleStart(), ContentDelta("a"), LOGPROB_EVENT, Finish()]),
+     [RoleStart(), CONTENT_WITH_LOGPROBS, Finish()]),
+    ("logprobs on a chunk without text", sse({"choices": [{"index": 0, "delta": {"content": ""}, "logprobs": UPSTREAM_LOGPROBS}]},
+                                             delta("stop"), "[DONE]"),
+     [RoleStart(), LOGPROB_EVENT, Finish()]),
     ("comments, fields and CRLF are skipped",
      [b": keep-alive\r\n", b"event: message\r\n", b"id: 7\r\n", b'data:{"choices":[{"delta":{"content":"x"}}]}\r\n',
       b"\r\n", b"data: [DONE]\r\n"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.canonical import Message, TextPart
+from adapters.errors import RequestError
 from backends.ctransformers.prompt import Preset, choose_preset, render_preset, split_special
 
 
@@ -52,6 +53,8 @@ RENDER_CASES: list[tuple[str, Preset, list[Message], str]] = [
         [*CHAT, m("tool", "42")],
         "System: Be brief.\nUser: Hi\nAssistant: Hello!\nUser: Capital of France?\nTool: 42\nAssistant:",
     ),
+    ("chatml writes any role", "chatml", [m("narrator", "Once.")], "<|im_start|>narrator\nOnce.<|im_end|>\n<|im_start|>assistant\n"),
+    ("plain writes any role", "plain", [m("narrator", "Once.")], "Narrator: Once.\nAssistant:"),
 ]
 
 
@@ -87,3 +90,11 @@ PRESET_CASES = [
 @pytest.mark.parametrize(("name", "choice", "specials", "expected"), PRESET_CASES, ids=[c[0] for c in PRESET_CASES])
 def test_choose_preset(name: str, choice: str, specials: dict[str, int], expected: str) -> None:
     assert choose_preset(choice, specials) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("preset", ["llama2", "alpaca"])
+def test_formats_without_the_role_refuse_it_by_name(preset: Preset) -> None:
+    with pytest.raises(RequestError) as info:
+        render_preset(preset, [m("user", "Hi"), m("narrator", "Once.")])
+    assert info.value.param == "messages[1].role"
+    assert "'narrator'" in info.value.message

@@ -140,7 +140,11 @@ async def test_logprobs_with_top_alternatives(backend: OnnxBackend) -> None:
     events = await collect(
         backend.chat(ask("What is the capital of France?", num_predict=6, logprobs=True, top_logprobs=3))
     )
-    tokens = [t for e in events if isinstance(e, Logprobs) for t in e.tokens]
+    # Each token's logprobs ride on the text it produced (one chunk on the wire).
+    deltas = [e for e in events if isinstance(e, ContentDelta)]
+    assert not [e for e in events if isinstance(e, Logprobs)]
+    assert all("".join(t.token for t in d.logprobs or []) == d.text for d in deltas)
+    tokens = [t for d in deltas for t in d.logprobs or []]
     assert len(tokens) == 6
     for token in tokens:
         assert len(token.top_logprobs) == 3
@@ -152,7 +156,7 @@ async def test_logprobs_with_top_alternatives(backend: OnnxBackend) -> None:
 
 async def test_no_logprobs_unless_asked(backend: OnnxBackend) -> None:
     events = await collect(backend.chat(ask("Hi", num_predict=3)))
-    assert not [e for e in events if isinstance(e, Logprobs)]
+    assert not [e for e in events if isinstance(e, Logprobs) or getattr(e, "logprobs", None)]
 
 
 async def test_the_numpy_processors_run(backend: OnnxBackend) -> None:

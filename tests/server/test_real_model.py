@@ -128,6 +128,43 @@ def test_logprobs_both_dialects(oa: openai.OpenAI, real_server: RunningServer) -
     assert len(native["logprobs"]) == native["eval_count"]
 
 
+def test_streamed_logprobs_share_the_chunk_of_their_text(real_server: RunningServer) -> None:
+    """Clients pair logprobs with the text of the same chunk (OpenAI and Ollama do so)."""
+    body = {"model": "smollm2:135m", "messages": QUESTION, "logprobs": True, "stream": True}
+    sse = {**body, "max_tokens": 6, "temperature": 0}
+    with httpx.stream("POST", real_server.url + "/v1/chat/completions", json=sse, timeout=60) as reply:
+        chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
+    choices = [c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert len(choices) >= 2
+    for choice in choices:
+        assert "".join(t["token"] for t in choice["logprobs"]["content"]) == choice["delta"]["content"]
+    assert not [c for c in chunks if c["choices"] and c["choices"][0].get("logprobs") and not c["choices"][0]["delta"].get("content")]
+    ndjson = {**body, "options": {"num_predict": 6, "temperature": 0}}
+    with httpx.stream("POST", real_server.url + "/api/chat", json=ndjson, timeout=60) as reply:
+        lines = [json.loads(line) for line in reply.iter_lines() if line]
+    texts = [line for line in lines if not line["done"]]
+    assert texts and all("".join(t["token"] for t in line["logprobs"]) == line["message"]["content"] for line in texts)
+
+
+def test_num_ctx_beyond_the_configured_context_is_clamped_in_both_dialects(ol: ollama.Client, oa: openai.OpenAI) -> None:
+    """The entry's context_length (2048) is the operator's memory bound: num_ctx 8192
+    does not let a ~3000-token prompt run on /api/chat, as /v1 refuses it too."""
+    long = [{"role": "user", "content": "word " * 3000}]
+    with pytest.raises(ollama.ResponseError) as native:
+        ol.chat(model="smollm2:135m", messages=long, options={"num_ctx": 8192, "num_predict": 1})
+    assert native.value.status_code == 400 and "context length of 2048" in native.value.error
+    with pytest.raises(openai.BadRequestError) as compatible:
+        oa.chat.completions.create(model="smollm2:135m", messages=long, max_tokens=1)
+    assert "context length of 2048" in compatible.value.message
+
+
+def test_any_role_reaches_the_template(ol: ollama.Client) -> None:
+    """Ollama leaves roles to the template; SmolLM2's writes any role as a turn."""
+    reply = ol.chat(model="smollm2:135m", messages=[{"role": "Narrator", "content": "Once upon a time."}, *QUESTION],
+                    options={"num_predict": 2})  # fmt: skip
+    assert reply.done and reply.prompt_eval_count > 10
+
+
 def test_thinking_on_a_model_that_cannot_think_is_400(ol: ollama.Client, oa: openai.OpenAI) -> None:
     with pytest.raises(ollama.ResponseError) as info:
         ol.chat(model="smollm2:135m", messages=QUESTION, think=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from pathlib import Path
 
 import httpx
 import ollama
@@ -16,6 +15,7 @@ import yaml
 
 from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer
+from tests.support.seed_spec import SEED_SPEC
 
 
 def user(text: str) -> list[dict[str, str]]:
@@ -178,8 +178,6 @@ def test_nonstream_disconnect_stops_backend(scripted_server: RunningServer, path
     assert _wait_until(lambda: key in ScriptedBackend.cancelled)
     assert ScriptedBackend.produced[key] < 200
 
-
-SEED_SPEC = Path(__file__).resolve().parents[2].parent / "shared" / "spec" / "ollama-chat-openapi.yaml"
 
 
 def test_openapi_document_describes_both_chat_endpoints(scripted_server: RunningServer) -> None:

@@ -98,6 +98,28 @@ def test_raise_exception_is_a_request_error() -> None:
         render_chat(template, [Message(role="assistant", parts=[TextPart("x")])])
 
 
+def test_any_role_reaches_the_template() -> None:
+    prompt = render_chat(CHATML, [Message(role="ipython", parts=[TextPart("42")])])
+    assert prompt.startswith("<|im_start|>ipython\n42<|im_end|>")
+
+
+ROLE_REFUSALS = [
+    ("a template that raises on it",
+     "{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}{{ raise_exception('bad role') }}{% endif %}"
+     "{{ m.content }}{% endfor %}"),
+    ("a template that leaves it out",
+     "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "template"), ROLE_REFUSALS, ids=[c[0] for c in ROLE_REFUSALS])
+def test_a_role_the_template_cannot_render_is_400_naming_it(name: str, template: str) -> None:
+    with pytest.raises(RequestError) as info:
+        render_chat(template, [user("hi"), Message(role="narrator", parts=[TextPart("Once upon a time")])])
+    assert info.value.param == "messages[1].role"
+    assert "cannot render role 'narrator'" in info.value.message
+
+
 def test_sandbox_refuses_unsafe_access() -> None:
     with pytest.raises(RequestError, match="failed to render"):
         render_chat("{{ ''.__class__.__mro__[1].__subclasses__() }}", [user("x")])

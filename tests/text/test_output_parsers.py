@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from adapters.canonical import ContentDelta, ThinkingDelta, ToolCall, ToolCallDone
-from backends.text.output_parsers import OutputParser, parse_hermes_call
+from adapters.canonical import ContentDelta, Logprobs, ThinkingDelta, TokenLogprob, ToolCall, ToolCallDone
+from backends.text.output_parsers import LogprobsPairing, OutputParser, parse_hermes_call
 
 
 def ids() -> itertools.count[int]:
@@ -142,3 +142,37 @@ HERMES = [
 @pytest.mark.parametrize(("name", "body", "expected"), HERMES, ids=[c[0] for c in HERMES])
 def test_parse_hermes_call(name: str, body: str, expected: object) -> None:
     assert parse_hermes_call(body) == expected
+
+
+def lp(token: str) -> TokenLogprob:
+    return TokenLogprob(token, -1.0)
+
+
+CALL = ToolCallDone(ToolCall(name="f", id="c"))
+PAIRING = [
+    # (name, [(events of a batch, that batch's logprobs)], events out)
+    ("on the text they produced", [([ContentDelta("a")], [lp("a")])], [ContentDelta("a", [lp("a")])]),
+    ("held-back text waits for the next text",
+     [([], [lp("<")]), ([ContentDelta("<b")], [lp("b")])], [ContentDelta("<b", [lp("<"), lp("b")])]),
+    ("thinking-only tokens get their own event",
+     [([ThinkingDelta("hm")], [lp("hm")]), ([ContentDelta("ok")], [lp("ok")])],
+     [ThinkingDelta("hm"), Logprobs([lp("hm")]), ContentDelta("ok", [lp("ok")])]),
+    ("a call's tokens get their own event", [([CALL], [lp("{")])], [CALL, Logprobs([lp("{")])]),
+    ("the first delta of a batch takes them", [([ContentDelta("a"), ContentDelta("b")], [lp("ab")])],
+     [ContentDelta("a", [lp("ab")]), ContentDelta("b")]),
+    ("nothing asked, nothing added", [([ContentDelta("a")], None)], [ContentDelta("a")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "batches", "expected"), PAIRING, ids=[c[0] for c in PAIRING])
+def test_logprobs_pairing(name: str, batches: list[tuple[list[object], list[TokenLogprob] | None]], expected: list[object]) -> None:
+    pairing = LogprobsPairing()
+    out = [e for events, logprobs in batches for e in pairing.pair(events, logprobs)]  # type: ignore[arg-type]
+    assert out + pairing.flush() == expected
+
+
+def test_logprobs_still_pending_at_the_end_are_flushed() -> None:
+    pairing = LogprobsPairing()
+    assert pairing.pair([], [lp("<")]) == []
+    assert pairing.flush() == [Logprobs([lp("<")])]
+    assert pairing.flush() == []

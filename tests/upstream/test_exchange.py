@@ -7,7 +7,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, ToolCallFragment
+from adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, TokenLogprob, ToolCallFragment
 from backends.upstream.backend import coalesce_deltas
 from backends.upstream.exchange import LineSplitter, retry_after
 
@@ -45,6 +45,9 @@ COALESCE = [
     ("content run", [RoleStart(), C("a"), C("b"), C("c")], [RoleStart(), C("abc")]),
     ("kinds kept apart", [T("x"), T("y"), C("a"), C("b")], [T("xy"), C("ab")]),
     ("logprobs keep their tokens", [C("a"), Logprobs([]), C("b"), Logprobs([])], [C("a"), Logprobs([]), C("b"), Logprobs([])]),
+    ("content runs keep every token's logprobs",
+     [C("a", [TokenLogprob("a", -1.0)]), C("b"), C("c", [TokenLogprob("c", -2.0)])],
+     [C("abc", [TokenLogprob("a", -1.0), TokenLogprob("c", -2.0)])]),
     ("finish ends a run", [C("a"), C("b"), Finish(), C("c")], [C("ab"), Finish(), C("c")]),
     ("fragments untouched", [ToolCallFragment(0, "{"), ToolCallFragment(0, "}")], [ToolCallFragment(0, "{"), ToolCallFragment(0, "}")]),
 ]

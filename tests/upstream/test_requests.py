@@ -80,7 +80,9 @@ CASES = [
     }),
     ("ollama -> vllm with extra_options", "/api/chat", OLLAMA_REQUEST, "to-vllm",
      {"model": "oa-text", "top_k": 40, "repeat_penalty": 1.1, "frequency_penalty": None}),
-    ("openai -> ollama", "/v1/chat/completions", {**OPENAI_REQUEST, "response_format": {"type": "json_object"}}, "to-ollama", {
+    # tool_choice "required" reaches Ollama as an extension field (tests/upstream/test_tool_choice.py)
+    ("openai -> ollama", "/v1/chat/completions",
+     {**OPENAI_REQUEST, "response_format": {"type": "json_object"}, "tool_choice": "auto"}, "to-ollama", {
         "model": "ol-thinking",
         "messages": [
             {"role": "system", "content": "Be brief."},
