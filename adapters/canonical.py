@@ -299,3 +299,42 @@ Event = Union[
     Finish,
     ErrorEvent,
 ]
+
+
+# -- embeddings --------------------------------------------------------------------------
+
+EmbedInput = Union[str, list[int]]
+"""One input: text, or token ids of the serving model's own vocabulary (used as given)."""
+
+
+class EmbedRequest(msgspec.Struct):
+    """Vectors for ``inputs``, each dialect's promises made explicit.
+
+    ``truncate``: cut an input longer than the context to fit (Ollama's default), or
+    refuse it (OpenAI's). ``normalize``: L2-normalise the vectors (``/api/embed`` and
+    ``/v1/embeddings`` promise unit length; Ollama's legacy ``/api/embeddings`` returns
+    the model's own output). ``dimensions``: keep the first N components (then
+    renormalise when ``normalize``), as Matryoshka-trained models allow.
+    """
+
+    model: str
+    inputs: list[EmbedInput]
+    truncate: bool = True
+    normalize: bool = True
+    dimensions: int | None = None
+    num_ctx: int | None = None
+    keep_alive: float | None = None
+    authorization: Secret | None = None
+    # The gateway's bound on the tokens of all inputs together; a backend that
+    # tokenizes refuses more before running the model.
+    max_tokens: int | None = None
+
+
+class EmbedResult(msgspec.Struct):
+    """``vectors`` is a float32 numpy array of shape (inputs, dimensions): one copy from
+    the model to the wire, and base64 is its bytes. ``prompt_tokens`` counts every
+    token the model read, after truncation."""
+
+    vectors: Any
+    prompt_tokens: int = 0
+    timings: Timings = Timings()

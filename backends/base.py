@@ -13,7 +13,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import msgspec
 
-from adapters.canonical import ChatRequest, Event, Request
+from adapters.canonical import ChatRequest, EmbedRequest, EmbedResult, Event, Request
 from adapters.errors import UnsupportedFeature
 
 
@@ -85,6 +85,16 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What a backend adds to answer embedding requests (``Capabilities.embedding``)."""
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """Vectors for ``request.inputs`` in order, as the model gives them (the proxy
+        applies ``dimensions`` and normalisation). Raises a ``DragomanError``."""
+        ...
 
 
 def check_capabilities(request: Request, caps: Capabilities, model: str) -> None:

@@ -31,6 +31,11 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_concurrent: int | None = None
     max_queue: int = 64
     request_timeout: float | None = None  # seconds for a whole request; None = no limit
+    # Embeddings: inputs in one request (OpenAI's own limit), characters of one input,
+    # and tokens of all inputs together (OpenAI's 300k), checked before any model runs.
+    max_embed_inputs: int = 2048
+    max_embed_input_chars: int = 100_000
+    max_embed_tokens: int = 300_000
 
 
 class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -13,6 +13,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 
 from config import Config
+from proxy.embedding_routes import embedding_router
 from proxy.errors import EXCEPTION_HANDLERS
 from proxy.auth import auth_middleware_factory
 from proxy.health_routes import health_router, metrics_route
@@ -52,7 +53,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     if config.api_keys:
         middleware.append(auth_middleware_factory(config.api_keys, server.open_paths))
     app = Litestar(
-        route_handlers=[openai_router, ollama_router, health_router, metrics_route(metrics)],
+        route_handlers=[openai_router, ollama_router, embedding_router, health_router, metrics_route(metrics)],
         dependencies={"models": Provide(provide_models, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,

@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--config", type=Path)
     listing.set_defaults(run=_models_list)
     prepare = models.add_parser("prepare", help="build a local model (needs the 'prepare' extra)")
-    prepare.add_argument("model", choices=["smollm2"])
+    prepare.add_argument("model", choices=["smollm2", "all-minilm", "smollm2-hidden"])
     prepare.add_argument("--provider", choices=["cpu", "cuda", "dml"], default="cpu")
     prepare.set_defaults(run=_models_prepare)
     return parser
@@ -167,7 +167,12 @@ def _models_prepare(args: argparse.Namespace) -> int:
     from backends.onnx.prepare import PrepareError, prepare_smollm2
 
     try:
-        path = prepare_smollm2(args.provider)
+        if args.model == "smollm2":
+            path = prepare_smollm2(args.provider)
+        else:
+            from backends.onnx.embedding_prepare import prepare
+
+            path = prepare(args.model, args.provider)
     except PrepareError as exc:
         print(f"dragoman: {exc}", file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _KNOWN_ROUTES = frozenset(
     {"/v1/chat/completions", "/v1/models", "/api/chat", "/api/tags", "/api/show", "/api/ps", "/api/version", "/",
-     "/health/live", "/health/ready", "/metrics"}
+     "/health/live", "/health/ready", "/metrics", "/api/embed", "/api/embeddings", "/v1/embeddings"}
 )
 
 
@@ -54,6 +54,15 @@ class Metrics:
             "dragoman_generation_tokens_per_second", "Generated tokens per second, per request", ["model"],
             buckets=(1, 5, 10, 20, 50, 100, 200, 500, 1000, 5000), registry=self.registry,
         )
+        self.embed_requests = Counter(
+            "dragoman_embedding_requests", "Embedding requests", ["model", "status"], registry=self.registry
+        )
+        self.embed_inputs = Counter("dragoman_embedding_inputs", "Inputs embedded", ["model"], registry=self.registry)
+        self.embed_tokens = Counter("dragoman_embedding_tokens", "Tokens embedded", ["model"], registry=self.registry)
+        self.embed_latency = Histogram(
+            "dragoman_embedding_duration_seconds", "Whole embedding request time", ["model"],
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
         self.registry.register(_BackendCollector(backend_gauges))
 
     def observe(self, record: RequestRecord, now: float) -> None:
@@ -61,6 +70,9 @@ class Metrics:
         model = record.model or ""
         self.requests.labels(route, record.dialect, model, str(record.status)).inc()
         self.latency.labels(route, record.dialect, model).observe(now - record.started)
+        if record.embed_inputs is not None:
+            self._observe_embedding(record, model, now)
+            return
         if record.first_token_at is not None:
             self.ttft.labels(record.dialect, model).observe(record.first_token_at - record.started)
         if record.usage is not None:
@@ -68,6 +80,15 @@ class Metrics:
             self.tokens.labels(model, "out").inc(record.usage.completion_tokens)
             if record.first_token_at is not None and record.usage.completion_tokens > 1 and now > record.first_token_at:
                 self.speed.labels(model).observe((record.usage.completion_tokens - 1) / (now - record.first_token_at))
+
+    def _observe_embedding(self, record: RequestRecord, model: str, now: float) -> None:
+        self.embed_requests.labels(model, str(record.status)).inc()
+        self.embed_latency.labels(model).observe(now - record.started)
+        if 200 <= record.status < 300:
+            self.embed_inputs.labels(model).inc(record.embed_inputs or 0)
+            if record.usage is not None:
+                self.embed_tokens.labels(model).inc(record.usage.prompt_tokens)
+                self.tokens.labels(model, "in").inc(record.usage.prompt_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

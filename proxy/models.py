@@ -108,4 +108,6 @@ def _nothing() -> None:
 def build_backend(route: ModelRoute) -> Any:
     from backends.registry import backend_class
 
-    return backend_class(route.config.backend)(route)
+    cls = backend_class(route.config.backend)
+    # A class may choose a sibling per entry (onnx: ``task: embed`` entries).
+    return getattr(cls, "for_route", cls)(route)

@@ -117,6 +117,9 @@ async def show(data: JSONBody[ShowRequest], models: NamedDependency[ModelTable])
     info: dict[str, Any] = {"general.architecture": details.family, "general.basename": name}
     if details.context_length:
         info[f"{details.family or 'model'}.context_length"] = details.context_length
+    embedding_length = getattr(backend, "embedding_length", None)
+    if callable(embedding_length) and (length := embedding_length()):
+        info[f"{details.family or 'model'}.embedding_length"] = length
     return ShowResponse(
         modelfile=f"# served by dragoman through the '{route.config.backend}' backend\nFROM {name}\n",
         parameters="\n".join(f"{key:<20} {_param(value)}" for key, value in defaults.items()),

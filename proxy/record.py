@@ -20,7 +20,7 @@ def dialect_of(path: str) -> Literal["openai", "ollama"]:
 class RequestRecord:
     __slots__ = (
         "request_id", "method", "path", "dialect", "model", "backend", "status", "usage", "error", "started",
-        "first_token_at",
+        "first_token_at", "embed_inputs",
     )
 
     def __init__(self, request_id: str, method: str, path: str) -> None:
@@ -35,6 +35,7 @@ class RequestRecord:
         self.error: str | None = None
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
+        self.embed_inputs: int | None = None  # set by embedding requests only
 
     def mark(self, event: Event) -> None:
         """Note the time of the first generated token (for time-to-first-token)."""
@@ -58,6 +59,8 @@ class RequestRecord:
         if self.usage is not None:
             out["prompt_tokens"] = self.usage.prompt_tokens
             out["generated_tokens"] = self.usage.completion_tokens
+        if self.embed_inputs is not None:
+            out["inputs"] = self.embed_inputs
         if self.error is not None:
             out["error"] = self.error
         return out

@@ -51,7 +51,7 @@ def model_dir(model_home: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def real_server(model_home: Path) -> Iterator[RunningServer]:
+def real_server(model_home: Path, embedding_model_dir: Path) -> Iterator[RunningServer]:
     """The built-in default config (served as `dragoman serve` serves it), plus an alias."""
     with pytest.MonkeyPatch.context() as patch:  # the default config names ${DRAGOMAN_HOME}
         patch.setenv("DRAGOMAN_HOME", str(model_home))
@@ -59,3 +59,11 @@ def real_server(model_home: Path) -> Iterator[RunningServer]:
     config = msgspec.structs.replace(config, aliases={**config.aliases, "gpt-4o-mini": "smollm2:135m"})
     with serve(config) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def embedding_model_dir() -> Path:
+    """all-MiniLM-L6-v2 exported to ONNX (and checked against PyTorch) once into the test home."""
+    from backends.onnx.embedding_prepare import prepare_all_minilm
+
+    return prepare_all_minilm(TEST_HOME, progress=False)

@@ -20,12 +20,14 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, RoleStart, Timings, Usage
-from adapters.errors import BackendError, ContextTooLong, RequestError
+from adapters.canonical import ChatRequest, EmbedRequest, EmbedResult, ErrorEvent, Event, Finish, RoleStart, Timings, Usage
+from adapters.errors import BackendError, ContextTooLong, RequestError, UnsupportedFeature
 from backends.admission import Admission
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
+from backends.onnx.embedding_files import has_hidden_states, read_facts
+from backends.onnx.embedding_service import OnnxEmbedder
 from backends.onnx.grammar import guidance_for
 from backends.onnx.model_files import ModelFiles
 from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, LogprobsPairing, OutputParser
@@ -57,6 +59,16 @@ class OnnxBackend:
         self._unloading: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self.files = ModelFiles(self.name, self.settings, route.config.context_length)
+        self._embedder: OnnxEmbedder | None = None  # for models whose graph outputs hidden_states
+
+    @classmethod
+    def for_route(cls, route: Any) -> Any:
+        """The backend for one entry: ``task: embed`` entries get the embedding one."""
+        if route.settings.task == "embed":
+            from backends.onnx.embedding_backend import OnnxEmbeddingBackend
+
+            return OnnxEmbeddingBackend(route)
+        return cls(route)
 
     @staticmethod
     def preflight(settings: OnnxSettings) -> str | None:
@@ -73,8 +85,23 @@ class OnnxBackend:
     def capabilities(self, model: str) -> Capabilities:
         thinking = self.settings.reasoning_parser == "think" and supports_thinking(self.files.chat_template())
         return Capabilities(
-            tools=self.settings.tool_parser != "none", vision=False, thinking=thinking, json_schema=True, logprobs=True
-        )
+            tools=self.settings.tool_parser != "none", vision=False, thinking=thinking, json_schema=True, logprobs=True,
+            embedding=has_hidden_states(self.files.folder()),
+        )  # fmt: skip
+
+    def embedding_length(self) -> int | None:
+        folder = self.files.folder()
+        return read_facts(folder, "last", None).dimensions if has_hidden_states(folder) else None
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """Last-token pooled final hidden states (see backends/onnx/embedding_files.py),
+        from an ONNX Runtime session over the same graph, beside the chat worker."""
+        folder = self.files.folder()
+        if not has_hidden_states(folder):
+            raise UnsupportedFeature(f"model '{request.model}' does not support embeddings", param="model")
+        if self._embedder is None:
+            self._embedder = OnnxEmbedder(self.name, self.settings, folder, self.route.keep_alive, self.route.config.context_length)
+        return await self._embedder.embed(request)
 
     def details(self, model: str) -> ModelDetails:
         facts = self.files.facts()
@@ -93,7 +120,7 @@ class OnnxBackend:
     def loaded(self) -> list[LoadedModel]:
         worker = self._worker
         if worker is None or not worker.alive:
-            return []
+            return self._embedder.loaded() if self._embedder is not None else []
         size = self.files.facts().size
         on_device = worker.ready is not None and worker.ready.provider != "cpu"
         return [
@@ -130,6 +157,8 @@ class OnnxBackend:
 
     async def unload(self, model: str | None = None) -> None:
         self._cancel_expiry()
+        if self._embedder is not None:
+            await self._embedder.unload()
         async with self._load_lock:
             worker, self._worker = self._worker, None
             if worker is not None:

@@ -189,11 +189,15 @@ def _write_hf_folder(gguf: Path, hf_dir: Path, *, quiet: bool) -> None:
     del model, weights
 
 
-def _run_builder(hf_dir: Path, out_dir: Path, cache_dir: Path, provider: BuildProvider, *, quiet: bool) -> None:
+def _run_builder(
+    hf_dir: Path, out_dir: Path, cache_dir: Path, provider: BuildProvider, *, quiet: bool, extra: tuple[str, ...] = ()
+) -> None:
     command = [
         sys.executable, "-m", "onnxruntime_genai.models.builder",
         "-i", str(hf_dir), "-o", str(out_dir), "-p", "int4", "-e", provider, "-c", str(cache_dir),
     ]  # fmt: skip
+    if extra:  # e.g. include_hidden_states=true (backends/onnx/embedding_prepare.py)
+        command += ["--extra_options", *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     tail: list[str] = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
 from backends.text.output_parsers import ReasoningParser, ToolParser
+from backends.onnx.embedding_files import PoolingChoice
 from backends.onnx.providers import ProviderChoice
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -30,6 +31,12 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     prepare: bool = True
     parameter_size: str | None = None
     quantization_level: str | None = None
+    # ``embed``: an embedding model (an encoder export, or a decoder export that
+    # outputs hidden_states); unset ``path`` is then the default all-MiniLM-L6-v2.
+    task: Literal["chat", "embed"] = "chat"
+    pooling: PoolingChoice = "auto"  # auto: the model's 1_Pooling config, else last (decoder) / mean
+    batch_size: PositiveInt = 32  # embedding rows per model run
+    batch_tokens: PositiveInt = 4096  # padded tokens per model run
 
 
 class CancelRecord(msgspec.Struct):

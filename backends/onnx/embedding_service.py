@@ -1,0 +1,187 @@
+"""An entry's embedding model: loaded on first use, batched, unloaded when idle.
+
+Used by both kinds of ``onnx`` entry: ``task: embed`` entries (encoder exports, or a
+decoder export used only for vectors) and chat entries whose ONNX graph also outputs
+``hidden_states``, which then answer ``/api/embed`` as Ollama's chat models do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from adapters.canonical import EmbedRequest, EmbedResult, Timings
+from adapters.embeddings import shape_vectors
+from adapters.errors import BackendError
+from backends.base import LoadedModel, ModelDetails
+from backends.onnx import lifecycle
+from backends.onnx.embedding_batches import BatchQueue
+from backends.onnx.embedding_files import EmbeddingFacts, read_facts
+from backends.onnx.settings import OnnxSettings
+
+log = logging.getLogger("dragoman.onnx.embed")
+
+
+class OnnxEmbedder:
+    def __init__(self, name: str, settings: OnnxSettings, folder: Path, keep_alive: float, context: int | None) -> None:
+        self.name = name
+        self.settings = settings
+        self.folder = folder
+        self.keep_alive = keep_alive
+        self.context = context
+        self.expires_at: dt.datetime | None = None
+        self._runner: Any = None
+        self._queue: BatchQueue | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._facts: EmbeddingFacts | None = None
+        self._lock = asyncio.Lock()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._active = 0
+
+    # -- facts ------------------------------------------------------------------------------
+
+    def facts(self) -> EmbeddingFacts | None:
+        if self._facts is None:
+            try:
+                self._facts = read_facts(self.folder, self.settings.pooling, self.context)
+            except FileNotFoundError:
+                return None
+        return self._facts
+
+    def details(self) -> ModelDetails:
+        facts = self.facts()
+        if facts is None:
+            return ModelDetails(format="onnx")
+        return ModelDetails(
+            format="onnx",
+            family=facts.family,
+            families=[facts.family] if facts.family else None,
+            parameter_size=self.settings.parameter_size or facts.parameter_size,
+            quantization_level=self.settings.quantization_level or facts.quantization_level,
+            size=facts.size,
+            context_length=facts.max_length,
+        )
+
+    @property
+    def loaded_provider(self) -> str | None:
+        return None if self._runner is None else str(self._runner.provider)
+
+    def loaded(self) -> list[LoadedModel]:
+        if self._runner is None:
+            return []
+        details = self.details()
+        on_device = self._runner.provider != "CPUExecutionProvider"
+        return [
+            LoadedModel(
+                name=self.name,
+                size=details.size,
+                size_vram=details.size if on_device else 0,
+                expires_at=self.expires_at,
+                context_length=details.context_length,
+                details=details,
+            )
+        ]
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def load(self, keep_alive: float | None = None) -> int:
+        """Load unless loaded; the nanoseconds it took."""
+        async with self._lock:
+            if self._runner is not None:
+                return 0
+            began = time.perf_counter_ns()
+            await self._ensure_built()
+            self._facts = None
+            facts = self.facts()
+            if facts is None:
+                raise BackendError(f"model '{self.name}': {self.folder} holds no model.onnx")
+            from backends.onnx.embedding_runner import EmbeddingRunner
+
+            s = self.settings
+            runner = await asyncio.to_thread(
+                EmbeddingRunner, self.folder, facts, provider=s.provider, provider_options=s.provider_options,
+                threads=s.threads, batch_tokens=s.batch_tokens,
+            )  # fmt: skip
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"embed-{self.name}")
+            self._queue = BatchQueue(runner.run, self._executor, batch_size=s.batch_size, batch_tokens=runner.batch_tokens)
+            self._runner = runner
+            log.info("loaded embedding model '%s' on %s in %.2fs", self.name, runner.provider, (time.perf_counter_ns() - began) / 1e9)
+        if self._active == 0:
+            self._schedule_expiry(lifecycle.keep_alive_for(keep_alive, self.keep_alive))
+        return time.perf_counter_ns() - began
+
+    async def _ensure_built(self) -> None:
+        from backends.onnx import embedding_prepare as build
+
+        if build.is_prepared(self.folder) or (self.folder / "model.onnx").is_file():
+            return
+        model = build.default_model_at(self.folder)
+        if model is None:
+            raise BackendError(f"model '{self.name}': {self.folder} holds no model.onnx")
+        if not self.settings.prepare:
+            raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare {model}")
+        try:
+            await build.prepare_in_subprocess(model, self.folder)
+        except build.PrepareError as exc:
+            raise BackendError(f"model '{self.name}': {exc}") from exc
+
+    async def unload(self) -> None:
+        self._cancel_expiry()
+        async with self._lock:
+            runner, self._runner = self._runner, None
+            executor, self._executor = self._executor, None
+            self._queue = None
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+            if runner is not None:
+                log.info("unloaded embedding model '%s'", self.name)
+        self.expires_at = None
+
+    def _schedule_expiry(self, keep_alive: float) -> None:
+        self._cancel_expiry()
+        self.expires_at = lifecycle.expiry_time(keep_alive, dt.datetime.now(dt.UTC))
+        if keep_alive < 0 or self._runner is None:
+            return
+        self._expiry = asyncio.get_running_loop().call_later(max(keep_alive, 0), self._unload_soon)
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _unload_soon(self) -> None:
+        if self._active == 0:
+            task = asyncio.ensure_future(self.unload())
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    # -- work -------------------------------------------------------------------------------
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        began = time.perf_counter_ns()
+        self._active += 1
+        self._cancel_expiry()
+        try:
+            load_ns = await self.load()
+            runner, queue = self._runner, self._queue
+            if runner is None or queue is None:
+                raise BackendError(f"model '{self.name}' was unloaded while the request waited")
+            limit = runner.limit(request.num_ctx)
+            rows = await asyncio.to_thread(
+                runner.tokenize, request.inputs, limit=limit, truncate=request.truncate, max_tokens=request.max_tokens
+            )
+            eval_began = time.perf_counter_ns()
+            vectors = await queue.submit(rows)
+            if runner.facts.normalizes:  # the model's own pipeline ends in Normalize
+                vectors = shape_vectors(vectors, dimensions=None, normalize=True)
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._schedule_expiry(lifecycle.keep_alive_for(request.keep_alive, self.keep_alive))
+        now = time.perf_counter_ns()
+        timings = Timings(total_ns=now - began, load_ns=load_ns, prompt_eval_ns=now - eval_began)
+        return EmbedResult(vectors=vectors, prompt_tokens=sum(len(r) for r in rows), timings=timings)
