@@ -21,6 +21,8 @@ from adapters.canonical import (
     ChatRequest,
     CompletionRequest,
     ContentDelta,
+    EmbedRequest,
+    EmbedResult,
     ErrorEvent,
     Event,
     Request,
@@ -122,11 +124,19 @@ class HttpUpstreamBackend:
     def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
         raise NotImplementedError
 
+    def encode_embed(self, request: EmbedRequest, model: str) -> tuple[str, bytes]:
+        """(path below the base URL, body) of an embedding request."""
+        raise NotImplementedError
+
+    def parse_embed(self, body: bytes, expected: int) -> EmbedResult:
+        """The vectors of an embedding reply; ``ValueError`` when it cannot be read."""
+        raise NotImplementedError
+
     # -- Backend protocol -----------------------------------------------------------------
 
     def capabilities(self, model: str) -> Capabilities:
         # The upstream decides what it can do and says so in its own error.
-        return Capabilities(tools=True, vision=True, thinking=True, json_schema=True, logprobs=True)
+        return Capabilities(tools=True, vision=True, thinking=True, json_schema=True, logprobs=True, embedding=True)
 
     def details(self, model: str) -> ModelDetails:
         found = self.catalog.details(self.settings.model or model) if self.catalog else None
@@ -166,6 +176,11 @@ class HttpUpstreamBackend:
                 continue
             return True, f"{endpoint.label} reachable"
         return False, "; ".join(problems)
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        from backends.upstream.embedding import embed_upstream
+
+        return await embed_upstream(self, request)
 
     def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
         return self.exchange(request, lambda model: self.chat_call(request, model))
@@ -233,7 +248,7 @@ class HttpUpstreamBackend:
             url = self._urls[(endpoint.url, path)] = httpx.URL(endpoint.url + path)
         return url
 
-    def _request_headers(self, request: Request) -> dict[str, str]:
+    def _request_headers(self, request: Request | EmbedRequest) -> dict[str, str]:
         if self.settings.forward_auth and request.authorization:
             return {**self._headers, "authorization": request.authorization}
         return self._headers

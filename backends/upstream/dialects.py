@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator
 import structlog
 
 from adapters import ollama, openai
-from adapters.canonical import ChatRequest, Event
+from adapters.canonical import ChatRequest, EmbedRequest, EmbedResult, Event
+from adapters.ollama import embed as ollama_embed
+from adapters.openai import embed as openai_embed
 from adapters.errors import DragomanError
 from backends.base import ModelDetails
 from backends.upstream.backend import HttpUpstreamBackend, StreamDecoder
@@ -57,6 +59,12 @@ class OpenAIBackend(HttpUpstreamBackend):
     def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
         return parse_openai_models(body)
 
+    def encode_embed(self, request: EmbedRequest, model: str) -> tuple[str, bytes]:
+        return "/embeddings", openai_embed.embeddings_to_upstream(request, model)
+
+    def parse_embed(self, body: bytes, expected: int) -> EmbedResult:
+        return openai_embed.parse_upstream_embeddings(body, expected)
+
 
 class OllamaBackend(HttpUpstreamBackend):
     """An Ollama server; ``base_url`` is its root (``http://host:11434``)."""
@@ -88,6 +96,12 @@ class OllamaBackend(HttpUpstreamBackend):
 
     def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
         return parse_ollama_tags(body)
+
+    def encode_embed(self, request: EmbedRequest, model: str) -> tuple[str, bytes]:
+        return ollama_embed.embed_to_upstream(request, model)
+
+    def parse_embed(self, body: bytes, expected: int) -> EmbedResult:
+        return ollama_embed.parse_upstream_embed(body, expected)
 
     async def load(self, model: str, keep_alive: float | None) -> None:
         """Ollama's own contract: a chat with no messages loads (keep_alive 0: unloads)."""

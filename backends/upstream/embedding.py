@@ -1,0 +1,65 @@
+"""Embedding requests to an upstream, with chat's endpoints, failover and timeouts.
+
+A reply is read whole before anything is returned, so every failure before it is
+complete may go to another endpoint, as a non-streaming chat does; a 4xx is the
+request's fault and passes through at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from adapters.canonical import EmbedRequest, EmbedResult
+from adapters.errors import BackendError, DragomanError
+from backends.upstream.endpoints import Endpoint
+from backends.upstream.exchange import Failed, open_reply, read_rest
+
+if TYPE_CHECKING:
+    from backends.upstream.backend import HttpUpstreamBackend
+
+
+async def embed_upstream(backend: HttpUpstreamBackend, request: EmbedRequest) -> EmbedResult:
+    loop = asyncio.get_running_loop()
+    s = backend.settings
+    total_deadline = loop.time() + s.total_timeout
+    path, body = backend.encode_embed(request, s.model or request.model)
+    headers = backend._request_headers(request)
+    failures: list[tuple[Endpoint, Failed]] = []
+    attempts = backend.pool.order()
+    for endpoint in attempts * 2 if len(attempts) == 1 else attempts:
+        if loop.time() >= total_deadline:
+            break
+        client = backend._clients.client_for(endpoint.url)
+        http_request = client.build_request(
+            "POST", endpoint.url + path, content=body, headers=headers, timeout=backend._timeout
+        )
+        endpoint.outstanding += 1
+        try:
+            reply = await open_reply(
+                client, http_request, total_deadline, backend._decode_error, silence=backend._total_silence
+            )
+            try:
+                raw = await read_rest(reply, s.idle_timeout, total_deadline)
+            finally:
+                await reply.response.aclose()
+            backend.pool.succeeded(endpoint)
+        except Failed as failed:
+            backend.pool.failed(endpoint, failed.reason)
+            failures.append((endpoint, failed))
+            if len(attempts) == 1 and (failed.timed_out or failed.responded):
+                break  # the one retry is for broken connections, not slow or failing servers
+            continue
+        except DragomanError:
+            backend.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
+            raise
+        finally:
+            endpoint.outstanding -= 1
+        try:
+            return backend.parse_embed(raw, len(request.inputs))
+        except ValueError as exc:
+            raise BackendError(f"model '{request.model}': upstream {endpoint.label}: {exc}") from None
+    raise backend._exhausted(request.model, failures)
+
+
+__all__ = ["embed_upstream"]
