@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from backends.onnx.model_info import _json
+
 Pooling = Literal["mean", "cls", "last"]
 PoolingChoice = Literal["auto", "mean", "cls", "last"]
 
@@ -135,14 +137,6 @@ def _pooling_from_config(folder: Path, decoder: bool) -> Pooling:
     if config.get("pooling_mode_lasttoken"):
         return "last"
     return "last" if decoder else "mean"
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _json_list(path: Path) -> list[Any]:

@@ -41,6 +41,7 @@ from backends.onnx.prepare import (
     _temporary_dir,
     _version,
     _write_hf_folder,
+    build_in_subprocess,
     dragoman_home,
     find_gguf,
     is_prepared,
@@ -293,27 +294,7 @@ def prepare(model: str, provider: BuildProvider = "cpu", home: Path | None = Non
 
 async def prepare_in_subprocess(model: str, target: Path) -> Path:
     """Build from a running server without blocking its event loop; progress is logged."""
-    import asyncio
-    import logging
-
-    log = logging.getLogger("dragoman.onnx.prepare")
-    log.warning("building the embedding model %s into %s (first use; takes a minute)", model, target)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "backends.onnx.embedding_prepare", model,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        cwd=str(Path(__file__).resolve().parents[2]),
-    )  # fmt: skip
-    tail: list[str] = []
-    assert process.stderr is not None
-    while line := await process.stderr.readline():
-        text = line.decode(errors="replace").rstrip()
-        if text.startswith(("[", "error", "embedding model ready", "model ready")):
-            log.info("%s", text)
-        tail = [*tail[-9:], text]
-    if await process.wait() != 0 or not is_prepared(target):
-        errors = [t for t in tail if t.startswith("error:")]
-        raise PrepareError(f"building {model} failed: {(errors or tail or ['no output'])[-1]}")
-    return target
+    return await build_in_subprocess(["backends.onnx.embedding_prepare", model], target, f"the embedding model {model}")
 
 
 def main(argv: list[str] | None = None) -> int:

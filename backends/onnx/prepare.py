@@ -291,13 +291,19 @@ def _version(dist: str) -> str:
 async def prepare_in_subprocess(provider: BuildProvider, target: Path) -> Path:
     """Build the default model from a server without blocking its event loop: the
     build runs as ``python -m backends.onnx.prepare`` and its progress is logged."""
+    return await build_in_subprocess(["backends.onnx.prepare", provider], target, "the default model")
+
+
+async def build_in_subprocess(module_args: list[str], target: Path, what: str) -> Path:
+    """``python -m <module_args>`` as a child process, its stage lines logged; the
+    build must leave an intact marker at ``target``."""
     import asyncio
     import logging
 
     log = logging.getLogger("dragoman.onnx.prepare")
-    log.warning("building the default model into %s (first use; takes a minute)", target)
+    log.warning("building %s into %s (first use; takes a minute)", what, target)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "backends.onnx.prepare", provider,
+        sys.executable, "-m", *module_args,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         cwd=str(Path(__file__).resolve().parents[2]),
     )  # fmt: skip
@@ -305,12 +311,12 @@ async def prepare_in_subprocess(provider: BuildProvider, target: Path) -> Path:
     assert process.stderr is not None
     while line := await process.stderr.readline():
         text = line.decode(errors="replace").rstrip()
-        if text.startswith("[") or text.startswith("error") or text.startswith("model ready"):
+        if text.startswith(("[", "error")) or "model ready" in text:
             log.info("%s", text)
         tail = [*tail[-9:], text]
     if await process.wait() != 0 or not is_prepared(target):
         errors = [t for t in tail if t.startswith("error:")]
-        raise PrepareError(f"building the default model failed: {(errors or tail or ['no output'])[-1]}")
+        raise PrepareError(f"building {what} failed: {(errors or tail or ['no output'])[-1]}")
     return target
 
 
