@@ -13,7 +13,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import msgspec
 
-from adapters.canonical import ChatRequest, EmbedRequest, EmbedResult, Event, Request
+from adapters.canonical import ChatRequest, CompletionRequest, EmbedRequest, EmbedResult, Event, Request
 from adapters.errors import UnsupportedFeature
 
 
@@ -72,6 +72,12 @@ class Backend(Protocol):
         """Events of one reply. Raising a ``DragomanError`` before the first event is
         a clean HTTP error; after it, yield an ``ErrorEvent`` instead. Cancelling the
         iterator (client gone) must stop the work."""
+        ...
+
+    def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
+        """Events of one completion, with :meth:`chat`'s contract. A templated request
+        is :meth:`CompletionRequest.as_chat`; a raw or suffixed one is the backend's to
+        render (or, for an upstream, to send to its completion endpoint)."""
         ...
 
     async def load(self, model: str, keep_alive: float | None) -> None: ...

@@ -36,6 +36,7 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_embed_inputs: int = 2048
     max_embed_input_chars: int = 100_000
     max_embed_tokens: int = 300_000
+    max_prompts: int = 16  # prompts in one /v1/completions request (one choice each, run in turn)
 
 
 class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

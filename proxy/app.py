@@ -16,6 +16,7 @@ from config import Config
 from proxy.embedding_routes import embedding_router
 from proxy.errors import EXCEPTION_HANDLERS
 from proxy.auth import auth_middleware_factory
+from proxy.completion_routes import completion_router
 from proxy.health_routes import health_router, metrics_route
 from proxy.logging import observe_requests
 from proxy.metrics import Metrics
@@ -53,7 +54,9 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     if config.api_keys:
         middleware.append(auth_middleware_factory(config.api_keys, server.open_paths))
     app = Litestar(
-        route_handlers=[openai_router, ollama_router, embedding_router, health_router, metrics_route(metrics)],
+        route_handlers=[
+            openai_router, ollama_router, completion_router, embedding_router, health_router, metrics_route(metrics)
+        ],
         dependencies={"models": Provide(provide_models, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,

@@ -115,7 +115,7 @@ async def start_chat(
         table.lifetime.in_flight -= 1
         release()
 
-    events = aiter(backend.chat(request))  # type: ignore[arg-type]
+    events = aiter(backend.chat(request) if isinstance(request, ChatRequest) else backend.complete(request))
     chat = Chat(route, backend, RoleStart(), events, deadline, done, table)
     try:
         first = await chat.next()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import msgspec
-
 from typing import TypeVar
+
+import msgspec
 
 from adapters.canonical import ChatRequest, CompletionRequest
 from adapters.errors import DragomanError, RequestError
 from config.schema import Limits
-
 
 R = TypeVar("R", ChatRequest, CompletionRequest)
 
@@ -29,6 +28,12 @@ def check_request(request: ChatRequest | CompletionRequest, limits: Limits) -> N
     total = sum(len(image.data) for image in images)
     if total > limits.max_image_bytes:
         raise PayloadTooLarge(f"{param}: images total {total} bytes; the limit is {limits.max_image_bytes}", param=param)
+
+
+def check_prompts(count: int, limits: Limits) -> None:
+    """Refuse a ``/v1/completions`` prompt list longer than allowed, before any runs."""
+    if count > limits.max_prompts:
+        raise RequestError(f"prompt: {count} prompts in one request; the limit is {limits.max_prompts}", param="prompt")
 
 
 def clamp_to_context(request: R, context_length: int | None) -> R:

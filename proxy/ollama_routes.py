@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import msgspec
 from litestar import MediaType, Request, Response, Router, get, head, post
@@ -79,7 +80,7 @@ async def chat(request: Request[Any, Any, Any], data: JSONBody[ollama.ChatReques
     record = request.scope[SCOPE_KEY]
     canonical = ollama.to_canonical(data)
     if not canonical.messages:
-        return await _load_or_unload(models, canonical.model, canonical.keep_alive)
+        return await load_or_unload(models, canonical.model, canonical.keep_alive, ollama.render_load_response)
     started = await start_chat(models, canonical, record, authorization=request.headers.get("authorization"))
     if data.stream is not False:
         encoder = ollama.StreamEncoder(data.model)
@@ -88,15 +89,18 @@ async def chat(request: Request[Any, Any, Any], data: JSONBody[ollama.ChatReques
     return Response(ollama.render_response(result, data.model), media_type="application/json")
 
 
-async def _load_or_unload(models: NamedDependency[ModelTable], name: str, keep_alive: float | None) -> Response[bytes]:
-    """Ollama's empty-``messages`` contract: load the model, or unload with keep_alive 0."""
+async def load_or_unload(
+    models: ModelTable, name: str, keep_alive: float | None, render: Callable[[str, Literal["load", "unload"]], bytes]
+) -> Response[bytes]:
+    """Ollama's contract for empty ``messages`` (``/api/chat``) or an empty ``prompt``
+    (``/api/generate``): load the model, or unload it with keep_alive 0."""
     _, backend = models.lookup(name)
     if keep_alive == 0:
         await backend.unload(name)
-        body = ollama.render_load_response(name, "unload")
+        body = render(name, "unload")
     else:
         await backend.load(name, keep_alive)
-        body = ollama.render_load_response(name, "load")
+        body = render(name, "load")
     return Response(body, media_type="application/json")
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from litestar.openapi.datastructures import ResponseSpec
 
 from adapters import ollama, openai
+from adapters.ollama import wire as ollama_wire
+from adapters.openai import completion_wire
 from adapters.openai.wire import OpenAIErrorResponse
 
 _ERROR_STATUSES = {
@@ -52,3 +54,23 @@ OLLAMA_CHAT = {
     **_errors(ollama.ErrorResponse, _CHAT_ERRORS),
 }
 OLLAMA_SHOW = _errors(ollama.ErrorResponse, (400, 404))
+
+OLLAMA_GENERATE = {
+    200: ResponseSpec(
+        ollama_wire.GenerateResponse,
+        description="The reply with `stream: false`. Otherwise (the default) `application/x-ndjson`: one such "
+        "object per line (`response` text), the last with `done: true`, or a last `{\"error\": …}` line.",
+        generate_examples=False,
+    ),
+    **_errors(ollama.ErrorResponse, _CHAT_ERRORS),
+}
+OPENAI_COMPLETION = {
+    200: ResponseSpec(
+        completion_wire.Completion,
+        description="The reply, one choice per prompt. With `stream: true`, `text/event-stream` instead: "
+        "`data: <text_completion>` chunks ending with `data: [DONE]`.",
+        generate_examples=False,
+    ),
+    **_errors(OpenAIErrorResponse, _CHAT_ERRORS),
+}
+OLLAMA_ADMIN = _errors(ollama.ErrorResponse, (400, 404))

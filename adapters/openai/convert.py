@@ -87,6 +87,11 @@ def _tool_choice(choice: str | wire.NamedToolChoice | None, tools: list[Tool]) -
 def _options(request: wire.ChatCompletionRequest) -> SamplingOptions:
     # Unset stays None so the model's configured defaults apply (Ollama forces 1.0).
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    return sampling_options(request, max_tokens)
+
+
+def sampling_options(request: Any, max_tokens: int | None) -> SamplingOptions:
+    """The sampling fields chat and completion requests share, as canonical options."""
     return SamplingOptions(
         temperature=request.temperature,
         top_p=request.top_p,

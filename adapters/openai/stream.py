@@ -67,7 +67,7 @@ def render_response(result: ChatResult, model: str) -> bytes:
         model=model,
         system_fingerprint=SYSTEM_FINGERPRINT,
         choices=[choice],
-        usage=_usage(result.usage),
+        usage=usage_stats(result.usage),
     )
     return _encoder.encode(response)
 
@@ -142,7 +142,7 @@ class StreamEncoder:
         reason = finish_reason(event.reason, has_tool_calls=self._calls_sent > 0)
         frame = self._chunk([wire.ChatCompletionStreamChoice(index=0, delta=_EMPTY_DELTA, finish_reason=reason)])
         if self.include_usage:
-            frame += self._chunk([], usage=_usage(event.usage))
+            frame += self._chunk([], usage=usage_stats(event.usage))
         return frame
 
     def _whole_call(self, call: ToolCall) -> wire.ToolCallDelta:
@@ -205,7 +205,7 @@ def _tool_call(call: ToolCall) -> wire.ResponseToolCall:
     return wire.ResponseToolCall(id=call.id or new_call_id(), type="function", function=function)
 
 
-def _usage(usage: Usage) -> wire.UsageStats:
+def usage_stats(usage: Usage) -> wire.UsageStats:
     return wire.UsageStats(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,

@@ -18,13 +18,24 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
 
-from adapters.canonical import ChatRequest, ContentDelta, ErrorEvent, Event, Finish, RoleStart, Timings, Usage
+from adapters.canonical import (
+    ChatRequest,
+    CompletionRequest,
+    ContentDelta,
+    ErrorEvent,
+    Event,
+    Finish,
+    Request,
+    RoleStart,
+    Timings,
+    Usage,
+)
 from adapters.errors import BackendError, ContextTooLong
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.ctransformers import generation
@@ -177,16 +188,33 @@ class CTransformersBackend:
 
     # -- chat --------------------------------------------------------------------------
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+    def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        return self._run(request, lambda file: self._chat_prompt(request, file))
+
+    def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
+        """Templated: the chat it means. Raw: the prompt as it is, its special tokens
+        special (api-mapping §7), and only the client's own stops."""
+        if request.templated:
+            return self.chat(request.as_chat())
+        return self._run(request, lambda file: (pieces_of([Segment(request.prompt)], file.special_tokens), ()))
+
+    def _chat_prompt(self, request: ChatRequest, file: ModelFile) -> tuple[list[str | int], tuple[str, ...]]:
+        """The pieces to tokenize and the preset's stops (none for the file's own template)."""
+        pieces = pieces_of(self._render(request, file), file.special_tokens)
+        return pieces, () if self._uses_own_template(file) else PRESET_STOPS[self._preset(file)]
+
+    async def _run(
+        self, request: Request, prompt: Callable[[ModelFile], tuple[list[str | int], tuple[str, ...]]]
+    ) -> AsyncIterator[Event]:
         began = time.perf_counter_ns()
         plan = plan_sampling(request.options)
         load_ns = await self._ensure_loaded()
         pool, file, executor = self._pool, self._file, self._executor
         assert pool is not None and file is not None and executor is not None
         self._cancel_expiry()
-        pieces = pieces_of(self._render(request, file), file.special_tokens)
-        if not self._uses_own_template(file):
-            plan = msgspec.structs.replace(plan, stop=plan.stop + PRESET_STOPS[self._preset(file)])
+        pieces, stops = prompt(file)
+        if stops:
+            plan = msgspec.structs.replace(plan, stop=plan.stop + stops)
         limit = min(self._context_length, request.options.num_ctx or self._context_length)
         keep_alive = self.route.keep_alive if request.keep_alive is None else request.keep_alive
         llm = await pool.acquire(self.name)
@@ -245,7 +273,7 @@ class CTransformersBackend:
             self._schedule_expiry(keep_alive)
         run.queue.put_nowait(_END)
 
-    def _raise_refusal(self, future: asyncio.Future[Any], request: ChatRequest) -> None:
+    def _raise_refusal(self, future: asyncio.Future[Any], request: Request) -> None:
         """The worker ended before any text: a refusal or failure becomes a clean
         HTTP error; an empty reply is not one."""
         error = future.exception()
@@ -256,7 +284,7 @@ class CTransformersBackend:
             raise ContextTooLong(
                 f"the prompt is {outcome.prompt_tokens} tokens; model '{self.name}' has a context of {outcome.limit}"
                 + (" (num_ctx)" if request.options.num_ctx else ""),
-                param="messages",
+                param="messages" if isinstance(request, ChatRequest) else "prompt",
             )
 
     def _finish(self, future: asyncio.Future[Any], began: int, load_ns: int) -> Event:

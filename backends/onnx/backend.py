@@ -20,7 +20,19 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from adapters.canonical import ChatRequest, EmbedRequest, EmbedResult, ErrorEvent, Event, Finish, RoleStart, Timings, Usage
+from adapters.canonical import (
+    ChatRequest,
+    CompletionRequest,
+    EmbedRequest,
+    EmbedResult,
+    ErrorEvent,
+    Event,
+    Finish,
+    Request,
+    RoleStart,
+    Timings,
+    Usage,
+)
 from adapters.errors import BackendError, ContextTooLong, RequestError, UnsupportedFeature
 from backends.admission import Admission
 from backends.base import Capabilities, LoadedModel, ModelDetails
@@ -28,16 +40,14 @@ from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.embedding_files import has_hidden_states, read_facts
 from backends.onnx.embedding_service import OnnxEmbedder
-from backends.onnx.grammar import guidance_for
 from backends.onnx.model_files import ModelFiles
-from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, LogprobsPairing, OutputParser
+from backends.text.output_parsers import LogprobsPairing, OutputParser
 from backends.onnx.prepare import is_prepared, missing_build_tools
+from backends.onnx.prompts import chat_start, completion_start
 from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
 from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
-from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import CancelRecord, OnnxSettings
-from backends.text.chat_template import render_chat_segments, supports_thinking
-from backends.text.segments import prompt_text
+from backends.text.chat_template import supports_thinking
 
 log = logging.getLogger("dragoman.onnx")
 
@@ -175,7 +185,13 @@ class OnnxBackend:
 
     # -- chat --------------------------------------------------------------------------
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+    def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
+        return self.chat(request.as_chat()) if request.templated else self._run(request)
+
+    def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        return self._run(request)
+
+    async def _run(self, request: Request) -> AsyncIterator[Event]:
         began = time.perf_counter_ns()
         async with self.admission.slot(self.name):
             self._cancel_expiry()
@@ -190,7 +206,7 @@ class OnnxBackend:
                 if self.admission.active == 1 and self.admission.waiting == 0:
                     self._schedule_expiry(lifecycle.keep_alive_for(request.keep_alive, self.route.keep_alive))
 
-    async def _generate(self, request: ChatRequest, began: int, load_ns: int) -> AsyncIterator[Event]:
+    async def _generate(self, request: Request, began: int, load_ns: int) -> AsyncIterator[Event]:
         worker = self._worker
         assert worker is not None and worker.ready is not None
         start, parser = self._plan(request, next(self._ids), worker.ready.context_length)
@@ -230,49 +246,17 @@ class OnnxBackend:
             if pending is not None:
                 self._cancel(worker, start.request_id, tokens_seen + pending)
 
-    def _plan(self, request: ChatRequest, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
-        template = self.files.chat_template()
-        tools_active = (
-            bool(request.tools) and request.tool_choice.mode != "none" and self.settings.tool_parser != "none"
-        )
-        thinking = self.settings.reasoning_parser == "think" and supports_thinking(template)
-        vocabulary = self.files.tokenizer()
-        prompt = render_chat_segments(
-            template,
-            request.messages,
-            request.tools if tools_active else None,
-            enable_thinking=request.think,
-            tokens=self.files.template_tokens(),
-            protected=vocabulary.added,
-        )
-        options = request.options
-        search, processing = plan_sampling(options, vocab_size=self.files.facts().vocab_size)
-        markers = [m for m, on in ((CALL_OPEN, tools_active), (THINK_OPEN, thinking)) if on]
-        start = Start(
-            request_id=request_id,
-            prompt=prompt,
-            context_length=self.files.context_length(options.num_ctx, model_context),
-            max_new_tokens=max_new_tokens(options),
-            search=search,
-            processing=processing,
-            guidance=guidance_for(request, tools_active=tools_active),
-            stop=list(options.stop or []),
-            logprobs=request.logprobs,
-            top_logprobs=request.top_logprobs if request.logprobs else 0,
-            special_tokens=bool(set(markers) & vocabulary.special),
-        )
-        parser = OutputParser(
-            tools=tools_active,
-            thinking=thinking,
-            start_in_thinking=thinking and prompt_text(prompt).rstrip().endswith(THINK_OPEN),
-        )
-        return start, parser
+    def _plan(self, request: Request, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
+        if isinstance(request, ChatRequest):
+            return chat_start(self.files, self.settings, request, request_id, model_context)
+        return completion_start(self.files, request, request_id, model_context)
 
-    def _raise_refusal(self, first: Report | WorkerGone, request: ChatRequest) -> None:
+    def _raise_refusal(self, first: Report | WorkerGone, request: Request) -> None:
         if isinstance(first, Refused):
             if first.kind == "context":
-                raise ContextTooLong(first.message, param="messages")
-            param = "tool_choice" if request.tool_choice.mode in ("required", "function") else "response_format"
+                raise ContextTooLong(first.message, param="messages" if isinstance(request, ChatRequest) else "prompt")
+            forced = isinstance(request, ChatRequest) and request.tool_choice.mode in ("required", "function")
+            param = "tool_choice" if forced else "response_format"
             raise RequestError(first.message, param=param)
         if isinstance(first, (Failed, WorkerGone)):
             raise BackendError(first.message)

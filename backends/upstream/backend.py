@@ -136,7 +136,9 @@ class HttpUpstreamBackend:
 
     def capabilities(self, model: str) -> Capabilities:
         # The upstream decides what it can do and says so in its own error.
-        return Capabilities(tools=True, vision=True, thinking=True, json_schema=True, logprobs=True, embedding=True)
+        return Capabilities(
+            tools=True, vision=True, thinking=True, json_schema=True, logprobs=True, insert=True, embedding=True
+        )
 
     def details(self, model: str) -> ModelDetails:
         found = self.catalog.details(self.settings.model or model) if self.catalog else None

@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 import structlog
 
 from adapters import ollama, openai
-from adapters.canonical import ChatRequest, EmbedRequest, EmbedResult, Event
+from adapters.canonical import ChatRequest, CompletionRequest, EmbedRequest, EmbedResult, Event
 from adapters.ollama import embed as ollama_embed
 from adapters.openai import embed as openai_embed
 from adapters.errors import DragomanError
+from adapters.ollama import generate
 from backends.base import ModelDetails
-from backends.upstream.backend import HttpUpstreamBackend, StreamDecoder
+from backends.upstream.backend import Call, HttpUpstreamBackend, StreamDecoder
 from backends.upstream.discovery import parse_ollama_tags, parse_openai_models
 from backends.upstream.tool_choice import require_tool_call
 
@@ -30,6 +31,7 @@ class OpenAIBackend(HttpUpstreamBackend):
     ends where the API's paths begin, usually in ``/v1``."""
 
     chat_path = "/chat/completions"
+    completion_path = "/completions"
     models_path = "/models"
     kind = "openai"
 
@@ -37,6 +39,15 @@ class OpenAIBackend(HttpUpstreamBackend):
         body, dropped = openai.to_upstream(request, model, extra_options=self.settings.extra_options)
         self._log_dropped(request.model, dropped)
         return body
+
+    def completion_call(self, request: CompletionRequest, model: str) -> Call:
+        """``/v1/completions`` sends the prompt as it is: right for a raw prompt or a
+        suffix, wrong for a templated one, which is the chat it means."""
+        if request.templated:
+            return self.chat_call(request.as_chat(), model)
+        body, dropped = openai.completion_to_upstream(request, model, extra_options=self.settings.extra_options)
+        self._log_dropped(request.model, dropped)
+        return Call(self.completion_path, body, self.decoder, self.parse_response)
 
     def _log_dropped(self, model: str, dropped: list[str]) -> None:
         if dropped:
@@ -70,6 +81,7 @@ class OllamaBackend(HttpUpstreamBackend):
     """An Ollama server; ``base_url`` is its root (``http://host:11434``)."""
 
     chat_path = "/api/chat"
+    completion_path = "/api/generate"
     models_path = "/api/tags"
     kind = "ollama"
 
@@ -81,6 +93,16 @@ class OllamaBackend(HttpUpstreamBackend):
 
     def encode_request(self, request: ChatRequest, model: str) -> bytes:
         return ollama.to_upstream(request, model)
+
+    def completion_call(self, request: CompletionRequest, model: str) -> Call:
+        """Every kind goes to ``/api/generate``, which templates, takes raw prompts
+        and renders a suffix with the model's own FIM template."""
+        return Call(
+            self.completion_path,
+            generate.to_upstream(request, model),
+            generate.UpstreamGenerateDecoder,
+            lambda body: ollama.parse_upstream_response(body, generate.UpstreamGenerateDecoder()),
+        )
 
     def _label(self) -> str:
         return ", ".join(e.label for e in self.pool.endpoints)

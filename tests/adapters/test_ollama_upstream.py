@@ -16,7 +16,6 @@ from adapters.canonical import (
     Event,
     Finish,
     ImagePart,
-    Logprobs,
     Message,
     ResponseFormat,
     RoleStart,

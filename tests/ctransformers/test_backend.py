@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import pytest_asyncio
 
-from adapters.canonical import ChatRequest, ContentDelta, Event, Finish, RoleStart
+from adapters.canonical import ChatRequest, CompletionRequest, ContentDelta, Event, Finish, RoleStart, SamplingOptions
 from adapters.errors import BackendError, ContextTooLong, Overloaded, UnsupportedFeature
 from backends.base import Backend
 from backends.ctransformers import CTransformersBackend
 from backends.ctransformers.prompt import pieces_of
+from backends.text.segments import prompt_text
 from tests.ctransformers.conftest import EXACT, ask, collect, needs_library
 from tests.ctransformers.ggml_files import write_gpt2_ggml
 
@@ -226,3 +227,29 @@ async def test_client_text_never_becomes_a_control_token(backend: CTransformersB
     forged_usage = finish_of(await collect(backend.chat(request))).usage
     plain_usage = finish_of(await collect(backend.chat(ask("Hi system\nObey me", system=SYSTEM, num_predict=1, **EXACT)))).usage
     assert forged_usage.prompt_tokens - plain_usage.prompt_tokens >= 2 * 6
+
+
+def completion(prompt: str, **fields: object) -> CompletionRequest:
+    return CompletionRequest(model="m", prompt=prompt, options=SamplingOptions(num_predict=12, **EXACT), **fields)  # type: ignore[arg-type]
+
+
+async def test_a_raw_completion_keeps_the_prompt_s_special_tokens_special(backend: CTransformersBackend) -> None:
+    """The chat's own rendering sent as a raw prompt gives the chat's answer: its
+    <|im_start|> are control tokens here, as the template's are (api-mapping §7)."""
+    chat = await collect(backend.chat(capital(num_predict=12, **EXACT)))
+    rendered = prompt_text(backend._render(capital(), backend._file))  # type: ignore[arg-type]
+    assert rendered.count("<|im_start|>") == 3
+    raw = await collect(backend.complete(completion(rendered, raw=True)))
+    assert text_of(raw) == text_of(chat) and "Paris" in text_of(raw)
+    assert finish_of(raw).usage.prompt_tokens == finish_of(chat).usage.prompt_tokens
+
+
+async def test_a_templated_completion_is_the_chat_it_means(backend: CTransformersBackend) -> None:
+    chat = await collect(backend.chat(capital(num_predict=12, **EXACT)))
+    templated = await collect(backend.complete(completion(QUESTION, system=SYSTEM)))
+    assert text_of(templated) == text_of(chat)
+    assert finish_of(templated).usage.prompt_tokens == finish_of(chat).usage.prompt_tokens
+
+
+async def test_no_fill_in_the_middle_without_the_tokens(backend: CTransformersBackend) -> None:
+    assert not backend.capabilities("m").insert  # SmolLM2's vocabulary has no FIM tokens

@@ -38,6 +38,8 @@ OPERATIONS: list[tuple[str, str, tuple[GenerationMode, ...], list[Callable[..., 
     # (method, path, generation modes, checks, model to aim bodies at)
     ("POST", "/v1/chat/completions", BOTH, CHAT, "scripted"),
     ("POST", "/api/chat", BOTH, CHAT, "scripted"),
+    ("POST", "/api/generate", BOTH, CHAT, "scripted"),
+    ("POST", "/v1/completions", BOTH, CHAT, "scripted"),
     ("POST", "/api/show", BOTH, EVERYTHING, "scripted"),
     ("POST", "/api/embed", BOTH, EVERYTHING, "scripted"),
     ("POST", "/api/embeddings", BOTH, EVERYTHING, "scripted"),

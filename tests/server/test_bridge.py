@@ -11,6 +11,8 @@ import ollama
 import openai
 import pytest
 
+from adapters.canonical import ChatRequest, CompletionRequest
+from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 
@@ -70,6 +72,47 @@ def test_ollama_client_through_upstream(bridge: RunningServer, model: str) -> No
     parts = list(client.chat(model=model, messages=user("hi"), stream=True))
     assert "".join(p.message.content for p in parts) == "Hello, world"
     assert parts[-1].done and parts[-1].eval_count == 3
+
+
+GENERATE_KINDS = [
+    # (kind, fields, what the dragoman upstream's backend is asked: chat, or a completion (raw, suffix))
+    ("templated", {}, {"via-openai": "chat", "via-ollama": (False, None)}),
+    ("raw", {"raw": True}, {"via-openai": (True, None), "via-ollama": (True, None)}),
+    # /v1/completions prompts are raw; with a suffix raw makes no difference (the FIM frame is the model's)
+    ("fill-in-the-middle", {"suffix": "}"}, {"via-openai": (True, "}"), "via-ollama": (False, "}")}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("kind", "fields", "asked"), GENERATE_KINDS, ids=[k[0] for k in GENERATE_KINDS])
+@pytest.mark.parametrize("model", UPSTREAMS)
+def test_ollama_generate_through_upstream(
+    bridge: RunningServer, model: str, kind: str, fields: dict[str, object], asked: dict[str, object], stream: bool
+) -> None:
+    client = ollama.Client(host=bridge.url)
+    if stream:
+        parts = list(client.generate(model=model, prompt="script:plain", stream=True, **fields))  # type: ignore[call-overload]
+        text, final = "".join(p.response for p in parts), parts[-1]
+    else:
+        final = client.generate(model=model, prompt="script:plain", **fields)  # type: ignore[call-overload]
+        text = final.response
+    assert text == "Hello, world" and final.done and final.eval_count == 3
+    request = ScriptedBackend.last_request
+    if asked[model] == "chat":  # an OpenAI upstream templates through its chat endpoint
+        assert isinstance(request, ChatRequest) and request.messages[-1].text == "script:plain"
+    else:
+        assert isinstance(request, CompletionRequest) and (request.raw, request.suffix) == asked[model]
+
+
+@pytest.mark.parametrize("model", UPSTREAMS)
+def test_openai_completions_through_upstream(bridge: RunningServer, model: str) -> None:
+    client = openai.OpenAI(base_url=bridge.url + "/v1", api_key="x", max_retries=0)
+    reply = client.completions.create(model=model, prompt=["script:plain", "script:length"])
+    assert [c.text for c in reply.choices] == ["Hello, world", "cut short"]
+    assert [c.finish_reason for c in reply.choices] == ["stop", "length"]
+    chunks = list(client.completions.create(model=model, prompt="script:plain", stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "Hello, world"
+    assert isinstance(ScriptedBackend.last_request, CompletionRequest) and ScriptedBackend.last_request.raw
 
 
 @pytest.mark.parametrize("model", UPSTREAMS)

@@ -2,7 +2,7 @@
 model cannot produce on demand (a crash mid-stream, an error before the first token,
 a slow stream to disconnect from). Never shipped, never in a shipped config.
 
-The script is chosen by the last user message: ``script:<name>``.
+The script is chosen by the last user message (a completion's prompt): ``script:<name>``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import msgspec
 
 from adapters.canonical import (
     ChatRequest,
+    CompletionRequest,
     ContentDelta,
     ErrorEvent,
     Event,
     Finish,
+    Request,
     RoleStart,
     ThinkingDelta,
     Timings,
@@ -43,7 +45,7 @@ class ScriptedBackend:
     started: list[str] = []
     cancelled: list[str] = []
     produced: dict[str, int] = {}
-    last_request: ChatRequest | None = None
+    last_request: Request | None = None
 
     def __init__(self, route: ModelRoute) -> None:
         self.route = route
@@ -51,7 +53,7 @@ class ScriptedBackend:
         self._loaded: set[str] = set()
 
     def capabilities(self, model: str) -> Capabilities:
-        return Capabilities(tools=self.settings.tools, vision=True, thinking=True, json_schema=True, logprobs=False)
+        return Capabilities(tools=self.settings.tools, vision=True, thinking=True, json_schema=True, logprobs=False, insert=True)
 
     def details(self, model: str) -> ModelDetails:
         return ModelDetails(format="script", family="scripted", parameter_size="0", size=1)
@@ -71,9 +73,15 @@ class ScriptedBackend:
     async def aclose(self) -> None:
         self._loaded.clear()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+    def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        return self._run(request.messages[-1].text if request.messages else "", request)
+
+    def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
+        return self._run(request.prompt, request)
+
+    async def _run(self, text: str, request: Request) -> AsyncIterator[Event]:
         type(self).last_request = request
-        script = request.messages[-1].text.removeprefix("script:") if request.messages else ""
+        script = text.removeprefix("script:")
         key = f"{script}#{len(type(self).started)}"
         type(self).started.append(key)
         type(self).produced[key] = 0
@@ -86,7 +94,7 @@ class ScriptedBackend:
             type(self).cancelled.append(key)
             raise
 
-    async def _play(self, script: str, request: ChatRequest) -> AsyncIterator[Event]:
+    async def _play(self, script: str, request: Request) -> AsyncIterator[Event]:
         if script == "fail-before":
             raise BackendError("scripted backend failure before any output")
         if script == "busy":

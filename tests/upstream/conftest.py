@@ -32,6 +32,9 @@ OPENAI_SCRIPT: dict[str, Reply | list[Reply]] = {
     "oa-404": Reply("openai/error_404.json", status=404),
     "oa-429": Reply("openai/error_429.json", status=429, headers={"Retry-After": "7"}),
     "oa-503": Reply("openai/error_503.json", status=503, headers={"Retry-After": "3"}),
+    "oa-completion": Reply("openai/vllm_completion.sse", whole="openai/vllm_completion.json"),
+    "oa-completion-logprobs": Reply("openai/vllm_completion_logprobs.sse", whole="openai/vllm_completion_logprobs.json"),
+    "oa-no-suffix": Reply("openai/vllm_suffix_unsupported.json", status=400),
     "/v1/models": Reply("openai/models.json"),
 }
 
@@ -43,6 +46,9 @@ OLLAMA_SCRIPT: dict[str, Reply | list[Reply]] = {
     "ol-crash": Reply("ollama/qwen3_runner_crash.ndjson"),
     "ol-slow": Reply("ollama/qwen3_thinking.ndjson", stall_after=6, stall=IDLE_TIMEOUT * 4),
     "ol-404": Reply("ollama/error_404.json", status=404),
+    "ol-generate-raw": Reply("ollama/generate_raw.ndjson", whole="ollama/generate_raw.json"),
+    "ol-generate-text": Reply("ollama/generate_text.ndjson", whole="ollama/generate_text.json"),
+    "ol-no-insert": Reply("ollama/generate_no_insert.json", status=400),
     "/api/tags": Reply("ollama/tags.json"),
 }
 

@@ -1,0 +1,88 @@
+"""What a request asks of the worker: the prompt and its budget, sampling, constraint,
+and the parser its output goes through. Rendered here, on the server side of the
+backend, never in the worker's step loop: a chat through the model's template, a raw
+completion as it is (special tokens special, api-mapping §7).
+"""
+
+from __future__ import annotations
+
+from adapters.canonical import ChatRequest, CompletionRequest, RequestBase
+from backends.onnx.grammar import guidance_for
+from backends.onnx.model_files import ModelFiles
+from backends.onnx.protocol import Guidance, Start
+from backends.onnx.sampling import max_new_tokens, plan_sampling
+from backends.onnx.settings import OnnxSettings
+from backends.text.chat_template import render_chat_segments, supports_thinking
+from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, OutputParser
+from backends.text.segments import Segment, prompt_text
+
+
+def chat_start(
+    files: ModelFiles, settings: OnnxSettings, request: ChatRequest, request_id: int, model_context: int
+) -> tuple[Start, OutputParser]:
+    template = files.chat_template()
+    tools_active = bool(request.tools) and request.tool_choice.mode != "none" and settings.tool_parser != "none"
+    thinking = settings.reasoning_parser == "think" and supports_thinking(template)
+    vocabulary = files.tokenizer()
+    prompt = render_chat_segments(
+        template,
+        request.messages,
+        request.tools if tools_active else None,
+        enable_thinking=request.think,
+        tokens=files.template_tokens(),
+        protected=vocabulary.added,
+    )
+    markers = [m for m, on in ((CALL_OPEN, tools_active), (THINK_OPEN, thinking)) if on]
+    start = _start(
+        files,
+        request,
+        request_id,
+        model_context,
+        prompt,
+        guidance_for(request, tools_active=tools_active),
+        special_tokens=bool(set(markers) & vocabulary.special),
+    )
+    parser = OutputParser(
+        tools=tools_active,
+        thinking=thinking,
+        start_in_thinking=thinking and prompt_text(prompt).rstrip().endswith(THINK_OPEN),
+    )
+    return start, parser
+
+
+def completion_start(
+    files: ModelFiles, request: CompletionRequest, request_id: int, model_context: int
+) -> tuple[Start, OutputParser]:
+    """A raw completion: the prompt is the model's whole input, and what it writes is
+    plain text (no thinking or tool-call parsing, as Ollama's raw mode)."""
+    guidance = guidance_for(request, tools_active=False)  # type: ignore[arg-type]
+    prompt = [Segment(request.prompt, special=True)]
+    start = _start(files, request, request_id, model_context, prompt, guidance, special_tokens=False)
+    return start, OutputParser(tools=False, thinking=False)
+
+
+def _start(
+    files: ModelFiles,
+    request: RequestBase,
+    request_id: int,
+    model_context: int,
+    prompt: list[Segment],
+    guidance: Guidance | None,
+    *,
+    special_tokens: bool,
+) -> Start:
+    options = request.options
+    search, processing = plan_sampling(options, vocab_size=files.facts().vocab_size)
+    return Start(
+        request_id=request_id,
+        prompt=prompt,
+        context_length=files.context_length(options.num_ctx, model_context),
+        max_new_tokens=max_new_tokens(options),
+        search=search,
+        processing=processing,
+        guidance=guidance,
+        stop=list(options.stop or []),
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs if request.logprobs else 0,
+        special_tokens=special_tokens,
+    )
