@@ -27,6 +27,7 @@ from adapters.canonical import (
     Usage,
 )
 from adapters.errors import BackendError, DragomanError, error_for_status
+from adapters.json_depth import MAX_DEPTH, TOO_DEEP, too_deep
 
 
 class MalformedToolCall(BackendError):
@@ -66,16 +67,22 @@ class ToolCallAccumulator:
         return ToolCall(name=name or "", arguments=parse_arguments("".join(pieces), name), id=call_id, index=index)
 
 
-def parse_arguments(text: str, name: str | None = None) -> dict[str, Any]:
-    """Tool-call arguments from a JSON string; ``""`` is ``{}`` (Ollama 400s on it)."""
+def parse_arguments(text: str, name: str | None = None, *, max_depth: int | None = MAX_DEPTH) -> dict[str, Any]:
+    """Tool-call arguments from a JSON string; ``""`` is ``{}`` (Ollama 400s on it).
+    ``max_depth`` bounds what an upstream may send; a client's request is bounded
+    by the configured limit instead (``None`` here)."""
     if not text.strip():
         return {}
     try:
         value = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
         raise MalformedToolCall(f"tool call '{name or '?'}' has arguments that are not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise MalformedToolCall(f"tool call '{name or '?'}' has arguments {TOO_DEEP}") from None
     if not isinstance(value, dict):
         raise MalformedToolCall(f"tool call '{name or '?'}' has arguments that are not a JSON object")
+    if max_depth is not None and too_deep(value, max_depth):
+        raise MalformedToolCall(f"tool call '{name or '?'}' has arguments nested more than {max_depth} levels deep")
     return value
 
 
@@ -114,7 +121,8 @@ class ResultBuilder:
         elif isinstance(event, ToolCallFragment):
             self._calls.extend(self._fragments.add(event))
         elif isinstance(event, Logprobs):
-            self._logprobs = (self._logprobs or []) + list(event.tokens)
+            self._logprobs = self._logprobs or []
+            self._logprobs.extend(event.tokens)  # in place: a token at a time must stay linear
         elif isinstance(event, Finish):
             self._calls.extend(self._fragments.finish())
             self._finish = event

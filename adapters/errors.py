@@ -16,6 +16,13 @@ The route layer renders them in the caller's dialect; adapters and backends only
 
 from __future__ import annotations
 
+import math
+
+# Retry-After is advice to a client: never below a second, never more than an hour,
+# whatever an upstream said (``inf`` and ``1e999`` included).
+RETRY_AFTER_MIN = 1
+RETRY_AFTER_MAX = 3600
+
 
 class DragomanError(Exception):
     status: int = 500
@@ -81,8 +88,13 @@ class BackendTimeout(BackendError):
 
 
 def error_for_status(status: int, message: str, *, retry_after: float | None = None) -> DragomanError:
-    """The error class a status belongs to, for errors that arrive as (status, text)."""
+    """The error class a status belongs to, for errors that arrive as (status, text).
+
+    Only 400–599 are error statuses; anything else (a 200 in an error line, a 600 on
+    the status line) is not the upstream's to choose and becomes a 502."""
     cls: type[DragomanError]
+    if not valid_error_status(status):
+        return BackendError(f"{message} (upstream gave status {status}, not an error status)", retry_after=retry_after)
     if status == 400:
         cls = RequestError
     elif status == 401:
@@ -96,6 +108,17 @@ def error_for_status(status: int, message: str, *, retry_after: float | None = N
     else:
         cls = UpstreamError
     return cls(message, status=status, retry_after=retry_after)
+
+
+def valid_error_status(status: object) -> bool:
+    return isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599
+
+
+def retry_after_seconds(value: float | None) -> int | None:
+    """Whole seconds for a ``Retry-After`` header: finite, clamped to 1 s – 1 h."""
+    if value is None or not math.isfinite(value):
+        return None
+    return int(min(max(math.ceil(value), RETRY_AFTER_MIN), RETRY_AFTER_MAX))
 
 
 def openai_error_type(status: int) -> str:

@@ -20,7 +20,7 @@ from litestar.exceptions import (
 )
 
 from adapters import ollama, openai
-from adapters.errors import DragomanError, RequestError
+from adapters.errors import DragomanError, RequestError, retry_after_seconds, valid_error_status
 from proxy.record import SCOPE_KEY, dialect_of
 
 log = structlog.get_logger("dragoman.errors")
@@ -36,8 +36,12 @@ def render(request: Request[Any, Any, Any], err: DragomanError) -> Response[byte
     if record is not None and record.error is None:
         record.error = err.message
     body = error_body(request.url.path, err)
-    headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else None
-    return Response(body, status_code=err.status, media_type="application/json", headers=headers)
+    seconds = retry_after_seconds(err.retry_after)
+    headers = {"Retry-After": str(seconds)} if seconds is not None else None
+    # A status outside 400–599 cannot be sent (h11 refuses ≥ 600); it is a bug or a
+    # hostile upstream's, and a 502 is what the client gets.
+    status = err.status if valid_error_status(err.status) else 502
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def handle_dragoman_error(request: Request[Any, Any, Any], exc: DragomanError) -> Response[bytes]:

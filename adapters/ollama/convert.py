@@ -157,7 +157,7 @@ def _tool_call(call: wire.ToolCall, index: int, path: str) -> ToolCall:
     arguments = call.function.arguments
     if isinstance(arguments, str):
         try:
-            arguments = parse_arguments(arguments, call.function.name)
+            arguments = parse_arguments(arguments, call.function.name, max_depth=None)
         except MalformedToolCall as exc:
             raise RequestError(f"{path}.function.arguments: {exc.message}", param=f"{path}.function.arguments") from exc
     return ToolCall(name=call.function.name, arguments=arguments, id=call.id, index=index)
@@ -287,7 +287,7 @@ def parse_upstream_error(status: int, body: bytes) -> DragomanError:
     """An Ollama server's error reply (``{"error":"…"}``) as the matching error."""
     try:
         message = msgspec.json.decode(body, type=wire.ErrorResponse).error
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         message = body.decode("utf-8", "replace").strip()[:500] or f"upstream answered HTTP {status}"
     return error_for_status(status, message)
 

@@ -34,7 +34,8 @@ from adapters.canonical import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import DragomanError
+from adapters.errors import DragomanError, valid_error_status
+from adapters.json_depth import MAX_DEPTH, TOO_DEEP, too_deep
 from adapters.ollama import wire
 from adapters.ollama.convert import wire_tool_call
 
@@ -263,6 +264,8 @@ class UpstreamStreamDecoder:
             reply = self.decode(line)
         except msgspec.DecodeError as exc:
             return self._end(ErrorEvent(f"upstream sent a malformed line: {exc}", status=502))
+        except RecursionError:
+            return self._end(ErrorEvent(f"upstream sent a line {TOO_DEEP}", status=502))
         return self._reply_events(reply)
 
     def decode(self, body: bytes) -> wire.UpstreamChatResponse:
@@ -276,7 +279,7 @@ class UpstreamStreamDecoder:
 
     def _reply_events(self, reply: wire.UpstreamChatResponse) -> list[Event]:
         if reply.error is not None:
-            return self._end(ErrorEvent(reply.error, status=reply.status or 500))
+            return self._end(_upstream_error(reply))
         events: list[Event] = []
         if not self._started:
             self._started = True
@@ -312,10 +315,22 @@ class UpstreamStreamDecoder:
         return events
 
 
+def _upstream_error(reply: wire.UpstreamChatResponse) -> ErrorEvent:
+    """An error line's own ``status`` is a claim, not a fact: only 400–599 is kept
+    (a 200 there would answer an error as a success)."""
+    if reply.status is None:
+        return ErrorEvent(reply.error or "upstream error", status=500)
+    if valid_error_status(reply.status):
+        return ErrorEvent(reply.error or "upstream error", status=reply.status)
+    return ErrorEvent(f"{reply.error} (the upstream's error line gave status {reply.status})", status=502)
+
+
 def _upstream_call(call: wire.ToolCall, index: int) -> ToolCall:
     arguments = call.function.arguments
     if isinstance(arguments, str):
         arguments = parse_arguments(arguments, call.function.name)
+    elif too_deep(arguments):
+        raise MalformedToolCall(f"tool call '{call.function.name}' has arguments nested more than {MAX_DEPTH} levels deep")
     return ToolCall(name=call.function.name, arguments=arguments, id=call.id, index=index)
 
 
@@ -351,6 +366,8 @@ def parse_upstream_response(body: bytes, decoder: UpstreamStreamDecoder | None =
     try:
         # One object, however it is laid out over lines.
         events += decoder._reply_events(decoder.decode(body))
+    except RecursionError:
+        return [ErrorEvent(f"upstream sent a reply {TOO_DEEP}", status=502)]
     except msgspec.DecodeError:
         for line in body.splitlines():
             events += decoder.feed(line)

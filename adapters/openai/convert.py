@@ -27,6 +27,7 @@ from adapters.canonical import (
 from adapters.durations import parse_duration
 from adapters.errors import RequestError, UnsupportedFeature
 from adapters.images import decode_base64_image
+from adapters.json_depth import TOO_DEEP
 from adapters.openai import wire
 from adapters.tool_choice import parse_tool_choice
 
@@ -238,6 +239,8 @@ def _arguments(value: str | dict[str, Any], param: str) -> dict[str, Any]:
         decoded = msgspec.json.decode(value)
     except msgspec.DecodeError as exc:
         raise RequestError(f"{param}: not valid JSON ({exc})", param=param) from exc
+    except RecursionError:
+        raise RequestError(f"{param}: {TOO_DEEP}", param=param) from None
     if not isinstance(decoded, dict):
         raise RequestError(f"{param}: must be a JSON object", param=param)
     return decoded

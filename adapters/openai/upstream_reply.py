@@ -27,6 +27,7 @@ from adapters.canonical import (
     Usage,
 )
 from adapters.errors import DragomanError, error_for_status
+from adapters.json_depth import MAX_DEPTH, TOO_DEEP, too_deep
 from adapters.openai import wire
 
 BAD_GATEWAY = 502
@@ -47,6 +48,8 @@ def parse_upstream_response(body: bytes) -> list[Event]:
         reply = _reply_decoder.decode(body)
     except msgspec.DecodeError as exc:
         return [ErrorEvent(f"upstream sent a reply that could not be read: {exc}", status=BAD_GATEWAY)]
+    except RecursionError:
+        return [ErrorEvent(f"upstream sent a reply {TOO_DEEP}", status=BAD_GATEWAY)]
     if reply.error is not None:
         return [_error_event(reply.error)]
     if not reply.choices:
@@ -77,7 +80,7 @@ def parse_upstream_error(status: int, body: bytes) -> DragomanError:
     detail: wire.UpstreamErrorDetail | str | None = None
     try:
         detail = _reply_decoder.decode(body).error
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         pass
     if isinstance(detail, wire.UpstreamErrorDetail) and detail.message:
         err = error_for_status(status, detail.message)
@@ -123,6 +126,8 @@ class UpstreamStreamDecoder:
         except msgspec.DecodeError as exc:
             message = f"upstream sent a stream chunk that could not be read: {exc}"
             return self._fail(ErrorEvent(message, status=BAD_GATEWAY))
+        except RecursionError:
+            return self._fail(ErrorEvent(f"upstream sent a stream chunk {TOO_DEEP}", status=BAD_GATEWAY))
         if chunk.error is not None:
             return self._fail(_error_event(chunk.error))
         return self._chunk_events(chunk)
@@ -205,6 +210,8 @@ def _whole_call(call: wire.UpstreamToolCall, position: int) -> ToolCall:
     arguments = function.arguments
     if not isinstance(arguments, dict):
         arguments = parse_arguments(arguments or "", function.name)
+    elif too_deep(arguments):
+        raise MalformedToolCall(f"tool call '{function.name or '?'}' has arguments nested more than {MAX_DEPTH} levels deep")
     index = call.index if call.index is not None else position
     return ToolCall(name=function.name or "", arguments=arguments, id=call.id, index=index)
 

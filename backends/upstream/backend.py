@@ -30,6 +30,7 @@ from adapters.canonical import (
     ThinkingDelta,
 )
 from adapters.errors import BackendError, BackendTimeout, DragomanError
+from adapters.json_depth import TOO_DEEP
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.upstream.clients import ClientLease
 from backends.upstream.discovery import ModelCatalog
@@ -38,12 +39,14 @@ from backends.upstream.exchange import (
     TRANSPORT_ERRORS,
     Failed,
     LineSplitter,
+    LineTooLong,
     Reply,
     describe,
     get_json_body,
     open_reply,
     read_rest,
 )
+from backends.upstream.redaction import Redactor, bearer_secrets
 from backends.upstream.settings import UpstreamSettings
 from backends.upstream.watch import ReadWatch
 from config import ModelRoute
@@ -166,13 +169,10 @@ class HttpUpstreamBackend:
 
     async def ready(self) -> tuple[bool, str]:
         """For ``/health/ready``: some endpoint answers its model list."""
-        headers = {k: v for k, v in self._headers.items() if k != "content-type"}
         problems = []
         for endpoint in self.pool.order():
             try:
-                await get_json_body(
-                    self._clients.client_for(endpoint.url), endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT
-                )
+                await self._get_models_body(endpoint)
             except DragomanError as exc:
                 problems.append(f"{endpoint.label}: {exc.message}")
                 continue
@@ -199,7 +199,6 @@ class HttpUpstreamBackend:
         total_deadline = loop.time() + s.total_timeout
         call = make_call(s.model or request.model)
         body = call.body
-        headers = self._request_headers(request)
         failures: list[tuple[Endpoint, Failed]] = []
         attempts = self.pool.order()
         for endpoint in _with_one_retry(attempts):
@@ -207,6 +206,7 @@ class HttpUpstreamBackend:
             if now >= total_deadline:
                 break
             client = self._clients.client_for(endpoint.url)
+            headers, redact = self.headers_for(endpoint, request)
             http_request = client.build_request(
                 "POST", self._url(endpoint, call.path), content=body, headers=headers, timeout=self._timeout
             )
@@ -218,10 +218,13 @@ class HttpUpstreamBackend:
             endpoint.outstanding += 1
             try:
                 try:
-                    reply = await open_reply(client, http_request, deadline, self._decode_error, silence=silence)
+                    reply = await open_reply(
+                        client, http_request, deadline, self.error_decoder(redact), silence=silence,
+                        upstream=endpoint.label,
+                    )
                     self.pool.succeeded(endpoint)
                     if not request.stream:
-                        events = await self._whole(reply, total_deadline, call)
+                        events = [_redacted(e, redact) for e in await self._whole(reply, total_deadline, call, endpoint)]
                 except Failed as failed:
                     self.pool.failed(endpoint, failed.reason)
                     failures.append((endpoint, failed))
@@ -233,7 +236,7 @@ class HttpUpstreamBackend:
                     raise
                 if request.stream:
                     async for event in self._relay(endpoint, reply, total_deadline, request.model, call):
-                        yield event
+                        yield _redacted(event, redact)
                 else:
                     for event in events:
                         yield event
@@ -250,21 +253,37 @@ class HttpUpstreamBackend:
             url = self._urls[(endpoint.url, path)] = httpx.URL(endpoint.url + path)
         return url
 
-    def _request_headers(self, request: Request | EmbedRequest) -> dict[str, str]:
-        if self.settings.forward_auth and request.authorization:
-            return {**self._headers, "authorization": request.authorization}
-        return self._headers
+    def headers_for(self, endpoint: Endpoint, request: Request | EmbedRequest | None = None) -> tuple[dict[str, str], Redactor]:
+        """Headers for ``endpoint``, and what to blank out of what it answers. The
+        Authorization is the client's (with ``forward_auth``), else the configured
+        key, else the credentials the endpoint's URL carried."""
+        headers = self._headers
+        forwarded = request.authorization if request is not None and self.settings.forward_auth else None
+        if forwarded:
+            headers = {**headers, "authorization": forwarded}
+        elif endpoint.authorization and not self._secret:
+            headers = {**headers, "authorization": endpoint.authorization}
+        return headers, Redactor([self._secret, *endpoint.secrets, *bearer_secrets(forwarded)])
 
-    def _decode_error(self, status: int, body: bytes) -> DragomanError:
-        if self._secret:  # some servers quote the key they refused
-            body = body.replace(self._secret.encode(), b"***")
-        return self.decode_error(status, body)
+    def error_decoder(self, redact: Redactor) -> Callable[[int, bytes], DragomanError]:
+        def decode(status: int, body: bytes) -> DragomanError:
+            return self.decode_error(status, redact.body(body))  # some servers quote the key they refused
 
-    async def _whole(self, reply: Reply, total_deadline: float, call: Call) -> list[Event]:
+        return decode
+
+    async def _get_models_body(self, endpoint: Endpoint) -> bytes:
+        headers = {k: v for k, v in self.headers_for(endpoint)[0].items() if k != "content-type"}
+        client = self._clients.client_for(endpoint.url)
+        return await get_json_body(
+            client, endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT, max_bytes=self.settings.max_reply_bytes
+        )
+
+    async def _whole(self, reply: Reply, total_deadline: float, call: Call, endpoint: Endpoint) -> list[Event]:
         """The events of a whole reply. Servers that stream although asked not to are
         read as the stream they sent."""
+        s = self.settings
         try:
-            body = await read_rest(reply, self.settings.idle_timeout, total_deadline)
+            body = await read_rest(reply, s.idle_timeout, total_deadline, max_bytes=s.max_reply_bytes, upstream=endpoint.label)
         finally:
             await reply.response.aclose()
         content_type = reply.response.headers.get("content-type", "")
@@ -278,13 +297,18 @@ class HttpUpstreamBackend:
         self, endpoint: Endpoint, reply: Reply, total_deadline: float, model: str, call: Call
     ) -> AsyncIterator[Event]:
         decoder = call.decoder()
-        splitter = LineSplitter()
+        splitter = LineSplitter(self.settings.max_line_bytes)
         coalesce = self.settings.coalesce
         watch = ReadWatch(self.settings.idle_timeout, total_deadline)
         chunk: bytes | None = reply.first
         try:
             while chunk is not None:
-                events = [event for line in splitter.lines(chunk) for event in decoder.feed(line)]
+                try:
+                    lines = splitter.lines(chunk)
+                except LineTooLong as exc:
+                    yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {exc.message}", status=502)
+                    return
+                events = [event for line in lines for event in decoder.feed(line)]
                 if coalesce and len(events) > 1:
                     events = coalesce_deltas(events)
                 for event in events:
@@ -329,11 +353,11 @@ class HttpUpstreamBackend:
         return BackendError(f"model '{model}': no upstream endpoint answered ({detail})")
 
     async def _fetch_models(self) -> dict[str, ModelDetails]:
-        endpoint = self.pool.order()[0]
-        headers = {k: v for k, v in self._headers.items() if k != "content-type"}
-        client = self._clients.client_for(endpoint.url)
-        body = await get_json_body(client, endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT)
-        return self.parse_models(body)
+        body = await self._get_models_body(self.pool.order()[0])
+        try:
+            return self.parse_models(body)
+        except RecursionError:
+            raise BackendError(f"the model list {TOO_DEEP}") from None
 
 
 def coalesce_deltas(events: list[Event]) -> list[Event]:
@@ -352,6 +376,12 @@ def coalesce_deltas(events: list[Event]) -> list[Event]:
         else:
             merged.append(event)
     return merged
+
+
+def _redacted(event: Event, redact: Redactor) -> Event:
+    if redact and isinstance(event, ErrorEvent):
+        return msgspec.structs.replace(event, message=redact.text(event.message))
+    return event
 
 
 def _with_one_retry(endpoints: list[Endpoint]) -> list[Endpoint]:

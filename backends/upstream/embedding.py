@@ -24,23 +24,26 @@ async def embed_upstream(backend: HttpUpstreamBackend, request: EmbedRequest) ->
     s = backend.settings
     total_deadline = loop.time() + s.total_timeout
     path, body = backend.encode_embed(request, s.model or request.model)
-    headers = backend._request_headers(request)
     failures: list[tuple[Endpoint, Failed]] = []
     attempts = backend.pool.order()
     for endpoint in attempts * 2 if len(attempts) == 1 else attempts:
         if loop.time() >= total_deadline:
             break
         client = backend._clients.client_for(endpoint.url)
+        headers, redact = backend.headers_for(endpoint, request)
         http_request = client.build_request(
             "POST", endpoint.url + path, content=body, headers=headers, timeout=backend._timeout
         )
         endpoint.outstanding += 1
         try:
             reply = await open_reply(
-                client, http_request, total_deadline, backend._decode_error, silence=backend._total_silence
+                client, http_request, total_deadline, backend.error_decoder(redact), silence=backend._total_silence,
+                upstream=endpoint.label,
             )
             try:
-                raw = await read_rest(reply, s.idle_timeout, total_deadline)
+                raw = await read_rest(
+                    reply, s.idle_timeout, total_deadline, max_bytes=s.max_reply_bytes, upstream=endpoint.label
+                )
             finally:
                 await reply.response.aclose()
             backend.pool.succeeded(endpoint)

@@ -8,11 +8,14 @@ failure sends it straight back.
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import structlog
+
+from adapters.canonical import Secret
 
 log = structlog.get_logger("dragoman.upstream")
 
@@ -25,12 +28,31 @@ def display_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
+def has_credentials(url: str) -> bool:
+    return "@" in urlsplit(url).netloc
+
+
+def split_credentials(url: str) -> tuple[str, Secret | None, list[str]]:
+    """``http://user:pass@host/v1`` as ``http://host/v1``, the ``Authorization: Basic``
+    value the credentials stand for, and the secrets to redact if a server echoes
+    them. Clients refuse a URL with credentials next to an Authorization header, and
+    a URL is shown in logs and errors; a header is neither."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None, []
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    secrets = [s for s in (token, unquote(password), password) if s]
+    return urlunsplit(parts._replace(netloc=host)), Secret(f"Basic {token}"), secrets
+
+
 class Endpoint:
-    __slots__ = ("url", "label", "outstanding", "failures", "cooling_until")
+    __slots__ = ("url", "label", "authorization", "secrets", "outstanding", "failures", "cooling_until")
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.label = display_url(url)
+        self.url, self.authorization, self.secrets = split_credentials(url)  # url: without credentials
+        self.label = self.url
         self.outstanding = 0  # requests sent and not yet finished
         self.failures = 0  # in a row
         self.cooling_until = 0.0  # clock value before which it is skipped
@@ -105,4 +127,4 @@ def _ready_at(endpoint: Endpoint) -> float:
     return endpoint.cooling_until
 
 
-__all__ = ["Endpoint", "EndpointPool", "display_url"]
+__all__ = ["Endpoint", "EndpointPool", "display_url", "has_credentials", "split_credentials"]

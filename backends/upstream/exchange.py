@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 from collections.abc import AsyncIterator, Callable
 from email.utils import parsedate_to_datetime
 
 import aiohttp
 import httpx
 
-from adapters.errors import BackendError, DragomanError
+from adapters.errors import RETRY_AFTER_MAX, RETRY_AFTER_MIN, BackendError, DragomanError
+from backends.upstream.endpoints import display_url
 from backends.upstream.watch import ReadWatch
 
 # What a broken connection raises, whichever transport httpx runs on.
@@ -63,17 +65,21 @@ async def open_reply(
     decode_error: ErrorDecoder,
     *,
     silence: str,
+    upstream: str = "",
 ) -> Reply:
     """Send ``request`` and wait, until ``deadline``, for a 2xx status and the first body
     bytes. Raises :class:`Failed` for what another endpoint might not do (no connection,
-    5xx, silence, a close before any byte) and the upstream's error for a 4xx.
-    ``silence`` says which timeout the deadline came from, for the message."""
+    5xx, a status that is no HTTP reply status, silence, a close before any byte) and
+    the upstream's error for a 4xx. ``silence`` says which timeout the deadline came
+    from, and ``upstream`` (the endpoint, without credentials) who answered, for the
+    messages."""
     try:
         async with asyncio.timeout_at(deadline):
             response = await client.send(request, stream=True)
             try:
-                if response.status_code >= 300:
-                    raise _status_error(response, await _read_capped(response), decode_error)
+                if not 200 <= response.status_code <= 299:
+                    raise _status_error(response, await _read_capped(response), decode_error, upstream)
+                _check_encoding(response, upstream)
                 # The transport's stream itself: aiter_raw() adds a generator per chunk.
                 chunks = aiter(response.stream)  # type: ignore[arg-type]
                 first = await anext(chunks, b"")
@@ -90,13 +96,23 @@ async def open_reply(
     return Reply(response, chunks, first)
 
 
-async def read_rest(reply: Reply, idle_timeout: float, total_deadline: float) -> bytes:
+async def read_rest(
+    reply: Reply, idle_timeout: float, total_deadline: float, *, max_bytes: int, upstream: str = ""
+) -> bytes:
     """The rest of a whole (non-streaming) reply body; :class:`Failed` if it stalls or
-    breaks, since nothing of it can have reached the client yet."""
+    breaks, since nothing of it can have reached the client yet, and
+    :class:`ReplyTooLarge` past ``max_bytes`` (checked as it arrives, not after)."""
+    declared = reply.response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise ReplyTooLarge(f"upstream {upstream} announced a reply of {int(declared)} bytes; {_over(max_bytes)}")
     watch = ReadWatch(idle_timeout, total_deadline)
     pieces = [reply.first]
+    size = len(reply.first)
     try:
         while (chunk := await watch.read(reply.chunks)) is not None:
+            size += len(chunk)
+            if size > max_bytes:
+                raise ReplyTooLarge(f"upstream {upstream} sent a reply larger than {max_bytes} bytes; {_over(max_bytes)}")
             pieces.append(chunk)
     except TimeoutError:
         raise Failed(f"stopped sending mid-reply ({watch.expired})", timed_out=True, responded=True) from None
@@ -107,25 +123,36 @@ async def read_rest(reply: Reply, idle_timeout: float, total_deadline: float) ->
     return b"".join(pieces)
 
 
-async def get_json_body(client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout: float) -> bytes:
-    """A small GET (model lists): the body of a 2xx, else ``BackendError``."""
+async def get_json_body(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout: float, *, max_bytes: int
+) -> bytes:
+    """A small GET (model lists): the body of a 2xx, at most ``max_bytes``, else
+    ``BackendError``. ``url`` carries no credentials (they travel in ``headers``)."""
     try:
         async with asyncio.timeout(timeout):
-            response = await client.get(url, headers=headers)
+            async with client.stream("GET", url, headers=headers) as response:
+                if not 200 <= response.status_code <= 299:
+                    raise BackendError(f"GET {url}: HTTP {response.status_code}", status=502)
+                body = bytearray()
+                async for chunk in response.aiter_raw():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise ReplyTooLarge(f"GET {url}: larger than {max_bytes} bytes; {_over(max_bytes)}")
     except TimeoutError:
         raise BackendError(f"GET {url}: no answer within {timeout:g}s") from None
     except TRANSPORT_ERRORS as exc:
         raise BackendError(f"GET {url}: {describe(exc)}") from exc
-    if response.status_code >= 300:
-        raise BackendError(f"GET {url}: HTTP {response.status_code}", status=502)
-    return response.content
+    return bytes(body)
 
 
-def _status_error(response: httpx.Response, body: bytes, decode_error: ErrorDecoder) -> Exception:
+def _status_error(response: httpx.Response, body: bytes, decode_error: ErrorDecoder, upstream: str) -> Exception:
     status = response.status_code
-    if status < 400:
-        where = response.headers.get("location", "elsewhere")
-        return BackendError(f"upstream redirected to {where}; configure that URL instead")
+    if 300 <= status <= 399:
+        where = display_url(response.headers.get("location", "elsewhere"))
+        return BackendError(f"upstream {upstream} redirected to {where}; configure that URL instead")
+    if not 400 <= status <= 599:  # 1xx, or no HTTP status at all (600 and up)
+        error = BackendError(f"upstream {upstream} answered HTTP {status}, which is not a status a reply can have")
+        return Failed(f"HTTP {status}: not a reply status", error=error, responded=True)
     error = decode_error(status, body)
     error.retry_after = retry_after(response.headers.get("retry-after"))
     if status >= 500:
@@ -143,20 +170,38 @@ async def _read_capped(response: httpx.Response) -> bytes:
 
 
 def retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header: a number, or an HTTP date."""
+    """Seconds from a ``Retry-After`` header (a number, or an HTTP date), clamped to
+    1 s – 1 h; None for anything else (``inf``, ``nan``, ``1e999``, garbage)."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        seconds = (when - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    if not math.isfinite(seconds):
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
+    return float(min(max(seconds, RETRY_AFTER_MIN), RETRY_AFTER_MAX))
+
+
+def _check_encoding(response: httpx.Response, upstream: str) -> None:
+    """Bodies are asked for and read as ``identity``: a compressed one would be read
+    as garbage (or, decompressed, could be a bomb), so it is refused by name."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        error = BackendError(
+            f"upstream {upstream} sent its reply with Content-Encoding '{encoding}' although asked for identity"
+        )
+        raise Failed(f"Content-Encoding {encoding}", error=error, responded=True)
+
+
+def _over(limit: int) -> str:
+    return f"the limit is {limit} bytes (max_reply_bytes of the model entry)"
 
 
 def describe(exc: BaseException) -> str:
@@ -167,24 +212,62 @@ def describe(exc: BaseException) -> str:
     return f"{type(root).__name__}: {root}" if str(root) else type(root).__name__
 
 
+class LineTooLong(BackendError):
+    """A stream line past ``max_line_bytes`` (502)."""
+
+
+class ReplyTooLarge(BackendError):
+    """A whole reply past ``max_reply_bytes`` (502)."""
+
+
 class LineSplitter:
-    """Splits body pieces into lines (SSE and NDJSON both end lines with ``\\n``)."""
+    """Splits body pieces into lines (SSE and NDJSON both end lines with ``\\n``).
 
-    __slots__ = ("_rest",)
+    The unfinished line is kept as a list of pieces and joined once, when its end
+    comes: a line spread over n chunks costs O(n), not the O(n²) of appending each
+    chunk to it. A line longer than ``max_line`` raises :class:`LineTooLong` as soon
+    as it is that long, without waiting for its end."""
 
-    def __init__(self) -> None:
-        self._rest = b""
+    __slots__ = ("_pending", "_pending_size", "_max_line")
+
+    def __init__(self, max_line: int | None = None) -> None:
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._max_line = max_line
 
     def lines(self, chunk: bytes) -> list[bytes]:
-        if self._rest:
-            chunk = self._rest + chunk
-        parts = chunk.split(b"\n")
-        self._rest = parts.pop()
+        end = chunk.rfind(b"\n")
+        if end < 0:  # the line goes on
+            self._pending.append(chunk)
+            self._pending_size += len(chunk)
+            self._check(self._pending_size)
+            return []
+        rest = chunk[end + 1 :]
+        if self._pending:
+            self._pending.append(chunk[: end + 1])
+            chunk = b"".join(self._pending)
+            end = len(chunk) - 1
+            self._pending = []
+            self._pending_size = 0
+        parts = chunk[:end].split(b"\n")
+        if self._max_line is not None:
+            self._check(max(map(len, parts)))
+        if rest:
+            self._pending.append(rest)
+            self._pending_size = len(rest)
+            self._check(self._pending_size)
         return parts
 
     def tail(self) -> list[bytes]:
-        rest, self._rest = self._rest, b""
+        rest = b"".join(self._pending)
+        self._pending, self._pending_size = [], 0
         return [rest] if rest.strip() else []
+
+    def _check(self, size: int) -> None:
+        if self._max_line is not None and size > self._max_line:
+            raise LineTooLong(
+                f"sent a stream line longer than {self._max_line} bytes (max_line_bytes of the model entry)"
+            )
 
 
 __all__ = [
@@ -192,6 +275,8 @@ __all__ = [
     "TRANSPORT_ERRORS",
     "Failed",
     "LineSplitter",
+    "LineTooLong",
+    "ReplyTooLarge",
     "Reply",
     "describe",
     "get_json_body",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from adapters.canonical import Secret
+from backends.upstream.endpoints import display_url, has_credentials
 
 
 class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -36,6 +37,10 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # OpenAI upstreams only: send Ollama-only sampling options (top_k, min_p,
     # repeat_penalty, …) as extra body fields, as vLLM and llama-server accept them.
     extra_options: bool = False
+    # What one reply may cost to read: a whole (non-streaming) reply body, one line of
+    # a stream (an SSE event or an NDJSON object). Past either, the client gets a 502.
+    max_reply_bytes: int = 64 * 1024 * 1024
+    max_line_bytes: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if (self.base_url is None) == (not self.endpoints):
@@ -48,6 +53,13 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
                 raise ValueError(f"'{name}' must be a positive number of seconds")
         if self.max_failures < 1 or self.max_connections < 1:
             raise ValueError("'max_failures' and 'max_connections' must be at least 1")
+        if self.max_reply_bytes < 1024 or self.max_line_bytes < 1024:
+            raise ValueError("'max_reply_bytes' and 'max_line_bytes' must be at least 1024")
+        if self.api_key and any(has_credentials(url) for url in self.urls):
+            raise ValueError(
+                "an upstream URL carries credentials (user:password@) and 'api_key' is set too; "
+                "give one of them (both would be an Authorization header)"
+            )
 
     @property
     def urls(self) -> list[str]:
@@ -62,6 +74,8 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     def __repr__(self) -> str:
         # Settings may end up in a log line or a traceback; the key must not.
         shown = {f: getattr(self, f) for f in self.__struct_fields__ if f != "api_key"}
+        shown["base_url"] = display_url(self.base_url) if self.base_url else None
+        shown["endpoints"] = [display_url(url) for url in self.endpoints]
         key = ", api_key='***'" if self.api_key else ""
         return f"UpstreamSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())}{key})"
 

@@ -41,11 +41,14 @@ class Reply:
     stall: float = 0.0
     abort_after: int | None = None  # after this many events, close the socket mid-body
     burst: bool = False  # every event in one write, as a server that got ahead of its reader
+    repeat: int = 1  # ``body`` sent this many times (one object: a huge reply costs the server nothing)
+    tail: bytes = b""  # sent once after the repeated body
+    close_after: bool = False  # close the connection once the reply is sent
 
     def events(self) -> list[bytes]:
         """The body cut where a real server flushes: SSE at blank lines, NDJSON at lines."""
         if self.transcript is None:
-            return [self.body] if self.body else []
+            return ([self.body] * self.repeat if self.body else []) + ([self.tail] if self.tail else [])
         text = (TRANSCRIPTS / self.transcript).read_bytes()
         if self.transcript.endswith(".sse"):
             pieces = text.split(b"\n\n")
@@ -116,6 +119,9 @@ class ReplayServer:
                 reply = self._pick(key)
                 if reply.whole and not request.streams():
                     reply = Reply(reply.whole, status=reply.status, headers=reply.headers)
+                if reply.close_after:
+                    await self._send(reply, reader, writer)
+                    return
                 if not await self._send(reply, reader, writer):
                     return
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -9,7 +9,7 @@ import pytest
 
 from adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, TokenLogprob, ToolCallFragment
 from backends.upstream.backend import coalesce_deltas
-from backends.upstream.exchange import LineSplitter, retry_after
+from backends.upstream.exchange import LineSplitter, LineTooLong, retry_after
 
 SPLITS = [
     # (name, pieces as they arrive, lines out, tail)
@@ -18,6 +18,7 @@ SPLITS = [
     ("SSE event with blank line", [b"data: 1\n\ndata: 2\n\n"], [b"data: 1", b"", b"data: 2", b""], []),
     ("CRLF kept for the decoder to strip", [b"a\r\n"], [b"a\r"], []),
     ("last line without newline", [b"a\n{\"done\":true}"], [b"a"], [b"{\"done\":true}"]),
+    ("line cut, then more after it", [b"da", b"ta\nne", b"xt\n"], [b"data", b"next"], []),
     ("one byte at a time", [bytes([c]) for c in b"ab\ncd\n"], [b"ab", b"cd"], []),
 ]
 
@@ -29,13 +30,48 @@ def test_line_splitter(name: str, pieces: list[bytes], lines: list[bytes], tail:
     assert (got, splitter.tail()) == (lines, tail)
 
 
-def test_retry_after() -> None:
+def test_line_splitter_refuses_a_line_past_its_limit_before_it_ends() -> None:
+    splitter = LineSplitter(max_line=10)
+    assert splitter.lines(b"short\n0123") == [b"short"]
+    with pytest.raises(LineTooLong, match="longer than 10 bytes"):
+        splitter.lines(b"4567890")  # 11 bytes pending, no newline yet
+    with pytest.raises(LineTooLong):
+        LineSplitter(max_line=10).lines(b"a\n" + b"b" * 11 + b"\nc\n")  # a long line inside one chunk
+    assert LineSplitter(max_line=10).lines(b"0123456789\n") == [b"0123456789"]
+
+
+def test_line_splitter_joins_a_long_line_once() -> None:
+    """A line over many chunks is kept as pieces and joined at its end (linear): the
+    old splitter copied the whole line so far for every chunk."""
+    splitter = LineSplitter()
+    piece = b"x" * 16384
+    for _ in range(200):
+        assert splitter.lines(piece) == []
+    assert len(splitter._pending) == 200  # pieces, not one string re-copied 200 times
+    assert splitter.lines(b"\nnext") == [piece * 200]
+    assert splitter.tail() == [b"next"]
+
+
+RETRY_AFTER = [
+    # (header, seconds): finite, clamped to 1 s – 1 h, None when it says nothing usable
+    ("7", 7.0), ("1.5", 1.5), ("-3", 1.0), ("0", 1.0), ("86400", 3600.0), ("1e300", 3600.0),
+    ("inf", None), ("1e999", None), ("-inf", None), ("nan", None), ("Infinity", None),
+    (None, None), ("", None), ("soon", None), ("Mon, 99 Foo 2024 99:99:99 GMT", None),
+    ("Wed, 21 Oct 2015 07:28:00 GMT", 1.0),  # a date in the past
+]
+
+
+@pytest.mark.parametrize(("value", "seconds"), RETRY_AFTER, ids=[str(v) for v, _ in RETRY_AFTER])
+def test_retry_after(value: str | None, seconds: float | None) -> None:
+    assert retry_after(value) == seconds
+
+
+def test_retry_after_from_a_date() -> None:
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=120)
-    cases = [("7", 7.0), ("1.5", 1.5), ("-3", 0.0), (None, None), ("", None), ("soon", None)]
-    for value, seconds in cases:
-        assert retry_after(value) == seconds, value
     from_date = retry_after(format_datetime(later, usegmt=True))
     assert from_date is not None and 115 <= from_date <= 120
+    far = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=400)
+    assert retry_after(format_datetime(far, usegmt=True)) == 3600.0
 
 
 C, T = ContentDelta, ThinkingDelta
