@@ -37,6 +37,14 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_embed_input_chars: int = 100_000
     max_embed_tokens: int = 300_000
     max_prompts: int = 16  # prompts in one /v1/completions request (one choice each, run in turn)
+    # The shape of one request, checked before any work (400 naming the field). Far
+    # above what real clients send: OpenAI allows 4 stop strings, model names are short.
+    max_model_name: int = 256  # characters
+    max_stop: int = 16  # stop strings
+    max_stop_bytes: int = 256  # UTF-8 bytes of one stop string
+    max_message_chars: int = 2_000_000  # characters of one message's text
+    max_prompt_chars: int = 8_000_000  # characters of all messages' text together
+    max_json_depth: int = 64  # nesting of free-form JSON: schemas, tool parameters and arguments
 
 
 class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -44,8 +52,9 @@ class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     enabled: bool = False
     allowed_hosts: list[str] = msgspec.field(default_factory=list)  # empty: any public host
-    max_bytes: int = 10 * MiB
-    timeout: float = 10.0
+    max_bytes: int = 10 * MiB  # decoded bytes of one image (counted while decompressing)
+    timeout: float = 10.0  # seconds for one whole fetch: resolving, connecting, reading
+    max_concurrent: int = 4  # fetches of one request at a time
 
 
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -49,8 +49,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         return table
 
     server = config.server
-    # Outermost first: every request is observed (and gets its id), even a refused one.
-    middleware: list[Any] = [observe_requests(metrics)]
+    middleware: list[Any] = []
     if config.api_keys:
         middleware.append(auth_middleware_factory(config.api_keys, server.open_paths))
     app = Litestar(
@@ -74,4 +73,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         debug=False,
     )
     app.state.metrics = metrics
+    # Outside Litestar's router, so that every answer is observed and gets its id: a
+    # refused key, and the 404s and 405s that route middleware never sees.
+    app.asgi_handler = observe_requests(metrics)(app.asgi_handler)
     return app

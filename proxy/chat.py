@@ -22,7 +22,7 @@ from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Request, 
 from adapters.errors import BackendError, BackendTimeout, DragomanError, error_for_status
 from backends.base import Backend, check_capabilities
 from config import ModelRoute
-from proxy.limits import check_request, clamp_to_context
+from proxy.limits import check_request, check_request_shape, clamp_to_context
 from proxy.models import ModelTable
 from proxy.record import RequestRecord
 
@@ -91,8 +91,10 @@ class Chat:
 def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple[ModelRoute, Backend, Request]:
     route, backend = table.lookup(request.model)
     record.model = request.model
+    record.entry = route.config.name
     record.backend = route.config.backend
     check_request(request, table.limits)
+    check_request_shape(request, table.limits, record.dialect)
     request = msgspec.structs.replace(request, options=request.options.merged(route.config.defaults))
     request = clamp_to_context(request, route.config.context_length)
     check_capabilities(request, backend.capabilities(request.model), request.model)

@@ -56,6 +56,7 @@ def check_embed_request(request: EmbedRequest, limits: Limits) -> None:
 def prepare(table: ModelTable, request: EmbedRequest, record: RequestRecord) -> tuple[ModelRoute, Backend, EmbedRequest]:
     route, backend = table.lookup(request.model)
     record.model = request.model
+    record.entry = route.config.name
     record.backend = route.config.backend
     record.embed_inputs = len(request.inputs)
     check_embed_request(request, table.limits)

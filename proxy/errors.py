@@ -62,6 +62,17 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     return render(request, DragomanError(exc.detail, status=exc.status_code))
 
 
+def handle_recursion(request: Request[Any, Any, Any], exc: RecursionError) -> Response[bytes]:
+    """msgspec gives up on JSON nested past the interpreter's recursion limit (about
+    1,000 levels) with a RecursionError; from a client's body that is a 400."""
+    if "deserializ" not in str(exc):
+        return handle_unexpected(request, exc)
+    table = getattr(request.app.state, "models", None)
+    limit = table.limits.max_json_depth if table is not None else None
+    bound = f"; the limit is {limit} levels (server.limits.max_json_depth)" if limit else ""
+    return render(request, RequestError(f"request body: JSON nested too deeply to decode{bound}"))
+
+
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     log.exception("unhandled error", path=request.url.path)
     return render(request, DragomanError(f"internal error: {type(exc).__name__}: {exc}"))
@@ -99,5 +110,6 @@ def _body_problem(detail: str) -> str:
 EXCEPTION_HANDLERS: dict[Any, Any] = {
     DragomanError: handle_dragoman_error,
     HTTPException: handle_http_exception,
+    RecursionError: handle_recursion,
     Exception: handle_unexpected,
 }

@@ -6,9 +6,10 @@ import asyncio
 from typing import Any
 
 import msgspec
-from litestar import Response, Router, get
+from litestar import Request, Response, Router, get
 from litestar.di import NamedDependency
 
+from proxy.auth import bearer_token, key_matches
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.models import ModelTable
 
@@ -31,14 +32,28 @@ async def live() -> Health:
     return Health(status="ok")
 
 
-@get("/ready", summary="Config loaded, local models loadable, upstreams reachable", tags=["Health"])
-async def ready(models: NamedDependency[ModelTable]) -> Response[Health]:
+@get(
+    "/ready",
+    summary="Config loaded, local models loadable, upstreams reachable",
+    description="Without a valid key (when keys are configured) only the status; the checks name files and URLs.",
+    tags=["Health"],
+)
+async def ready(request: Request[Any, Any, Any], models: NamedDependency[ModelTable]) -> Response[Health]:
     checks = [Check(name="config", ok=True, detail=models.config.source)]
     if models.lifetime.draining:
         checks.append(Check(name="shutdown", ok=False, detail="server is shutting down"))
     checks += await asyncio.gather(*(_check(route.config.name, backend) for route, backend in models.entries()))
     ok = all(check.ok for check in checks)
+    if not _may_see_details(request.scope, models.config.api_keys):
+        checks = []  # the probe is open to anyone; paths and URLs are not
     return Response(Health(status="ready" if ok else "not ready", checks=checks), status_code=200 if ok else 503)
+
+
+def _may_see_details(scope: Any, api_keys: list[str]) -> bool:
+    if not api_keys:
+        return True  # an open server hides nothing from anyone
+    token = bearer_token(scope)
+    return token is not None and key_matches(token, [k.encode() for k in api_keys])
 
 
 async def _check(name: str, backend: Any) -> Check:

@@ -1,16 +1,19 @@
-"""Per-request bounds: images, and max_tokens against the context."""
+"""Per-request bounds, checked before any work: images, stop strings, prompt size,
+nesting of free-form JSON; and max_tokens against the context."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from adapters.canonical import ChatRequest, CompletionRequest
 from adapters.errors import DragomanError, RequestError
+from adapters.json_depth import too_deep
 from config.schema import Limits
 
 R = TypeVar("R", ChatRequest, CompletionRequest)
+Dialect = Literal["openai", "ollama"]
 
 
 class PayloadTooLarge(DragomanError):
@@ -51,3 +54,96 @@ def clamp_to_context(request: R, context_length: int | None) -> R:
     if not changes:
         return request
     return msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, **changes))
+
+
+def check_request_shape(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
+    """Refuse what costs work in proportion to its size beyond ``limits`` (stop strings,
+    prompt characters, JSON nesting), with a 400 naming the field as ``dialect``
+    spells it and the ``server.limits`` key that sets the bound."""
+    _check_stop(request, limits, dialect)
+    _check_prompt(request, limits)
+    _check_depth(request, limits, dialect)
+
+
+def check_image_count(count: int, limits: Limits) -> None:
+    """The image limit for parts not decoded yet (URLs to fetch count too)."""
+    if count > limits.max_images:
+        raise RequestError(
+            f"messages: {count} images in one request; the limit is {limits.max_images} (server.limits.max_images)",
+            param="messages",
+        )
+
+
+def check_model_name(name: str, limits: Limits) -> None:
+    if len(name) > limits.max_model_name:
+        raise RequestError(
+            f"model: the name is {len(name)} characters long; the limit is {limits.max_model_name} "
+            "(server.limits.max_model_name)",
+            param="model",
+        )
+
+
+def _check_stop(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
+    stop = request.options.stop
+    if not stop:
+        return
+    field = "stop" if dialect == "openai" else "options.stop"
+    if len(stop) > limits.max_stop:
+        raise RequestError(
+            f"{field}: {len(stop)} stop strings; the limit is {limits.max_stop} (server.limits.max_stop)", param=field
+        )
+    for i, text in enumerate(stop):
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limits.max_stop_bytes:
+            raise RequestError(
+                f"{field}[{i}]: a stop string of {size} bytes; the limit is {limits.max_stop_bytes} "
+                "(server.limits.max_stop_bytes)",
+                param=f"{field}[{i}]",
+            )
+
+
+def _check_prompt(request: ChatRequest | CompletionRequest, limits: Limits) -> None:
+    if isinstance(request, ChatRequest):
+        texts = [
+            (f"messages[{i}].content", sum(len(p.text) for p in m.parts if hasattr(p, "text")) + len(m.thinking or ""))
+            for i, m in enumerate(request.messages)
+        ]
+        everything = "messages"
+    else:
+        texts = [(f, len(getattr(request, f) or "")) for f in ("prompt", "suffix", "system")]
+        everything = "prompt"
+    total = 0
+    for field, size in texts:
+        if size > limits.max_message_chars:
+            raise RequestError(
+                f"{field}: {size} characters; the limit is {limits.max_message_chars} "
+                "(server.limits.max_message_chars)",
+                param=field,
+            )
+        total += size
+    if total > limits.max_prompt_chars:
+        raise RequestError(
+            f"{everything}: {total} characters in all; the limit is {limits.max_prompt_chars} "
+            "(server.limits.max_prompt_chars)",
+            param=everything,
+        )
+
+
+def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
+    """Free-form JSON (schemas, arguments) is walked by templates, grammar compilers
+    and encoders that recurse; bound its nesting before any of them runs."""
+    limit = limits.max_json_depth
+    schema_field = "response_format.json_schema.schema" if dialect == "openai" else "format"
+    found: list[tuple[str, Any]] = [(schema_field, request.response_format.schema)]
+    if isinstance(request, ChatRequest):
+        found += [(f"tools[{i}].function.parameters", tool.parameters) for i, tool in enumerate(request.tools)]
+        found += [
+            (f"messages[{i}].tool_calls[{j}].function.arguments", call.arguments)
+            for i, message in enumerate(request.messages)
+            for j, call in enumerate(message.tool_calls)
+        ]
+    for field, value in found:
+        if value and too_deep(value, limit):
+            raise RequestError(
+                f"{field}: JSON nested more than {limit} levels deep (server.limits.max_json_depth)", param=field
+            )

@@ -67,7 +67,9 @@ class Metrics:
 
     def observe(self, record: RequestRecord, now: float) -> None:
         route = route_label(record.path)
-        model = record.model or ""
+        # The config entry's name, never the client's string: 3,000 names matching one
+        # glob are one series, and a name nobody configured is none.
+        model = record.entry or ""
         self.requests.labels(route, record.dialect, model, str(record.status)).inc()
         self.latency.labels(route, record.dialect, model).observe(now - record.started)
         if record.embed_inputs is not None:

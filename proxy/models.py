@@ -13,6 +13,7 @@ from adapters.errors import ModelNotFound
 from backends.admission import Admission
 from backends.base import Backend
 from config import Config, ModelRoute, resolve
+from proxy.limits import check_model_name
 from proxy.shutdown import Lifetime
 
 log = structlog.get_logger("dragoman.models")
@@ -67,6 +68,7 @@ class ModelTable:
         yield from (queue, active, loaded, health)
 
     def lookup(self, name: str) -> tuple[ModelRoute, Backend]:
+        check_model_name(name, self.limits)  # before a pattern is matched against it
         route = resolve(self.config, name)
         if route is None:
             raise ModelNotFound(name)

@@ -19,7 +19,7 @@ def dialect_of(path: str) -> Literal["openai", "ollama"]:
 
 class RequestRecord:
     __slots__ = (
-        "request_id", "method", "path", "dialect", "model", "backend", "status", "usage", "error", "started",
+        "request_id", "method", "path", "dialect", "model", "entry", "backend", "status", "usage", "error", "started",
         "first_token_at", "embed_inputs",
     )
 
@@ -28,7 +28,8 @@ class RequestRecord:
         self.method = method
         self.path = path
         self.dialect = dialect_of(path)
-        self.model: str | None = None
+        self.model: str | None = None  # as the client asked for it
+        self.entry: str | None = None  # the config entry that served it (a pattern's own name)
         self.backend: str | None = None
         self.status = 0
         self.usage: Usage | None = None

@@ -17,6 +17,8 @@ import httpx
 import ollama
 import openai
 import pytest
+import structlog
+import structlog.testing
 
 from tests.support.server import RunningServer, config_from_yaml, free_port, serve
 
@@ -204,3 +206,32 @@ def test_sigterm_lets_streams_finish_then_cuts_them(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ready_without_a_key_answers_status_only(guarded: RunningServer) -> None:
+    bare = httpx.get(guarded.url + "/health/ready")
+    assert bare.status_code == 200 and bare.json() == {"status": "ready", "checks": []}
+    wrong = httpx.get(guarded.url + "/health/ready", headers={"Authorization": "Bearer wrong"})
+    assert wrong.json() == {"status": "ready", "checks": []}
+    keyed = httpx.get(guarded.url + "/health/ready", headers=AUTH).json()
+    assert keyed["checks"][0] == {"name": "config", "ok": True, "detail": "<test>"}  # the config's file name
+    assert {c["name"] for c in keyed["checks"]} >= {"model:scripted", "model:slow"}
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/nowhere", 404), ("GET", "/v1/nowhere", 404),
+                                                        ("DELETE", "/api/chat", 405), ("GET", "/v1/chat/completions", 405)])
+def test_404_and_405_are_logged_counted_and_carry_a_request_id(guarded: RunningServer, method: str, path: str, status: int) -> None:
+    request_id = f"probe-{status}-{len(path)}"
+    with structlog.testing.capture_logs() as logged:
+        r = httpx.request(method, guarded.url + path, headers={**AUTH, "X-Request-Id": request_id})
+        deadline = time.monotonic() + 5  # the line is written once the last byte has gone out
+        while not any(e.get("request_id") == request_id for e in logged) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert r.status_code == status
+    assert r.headers["x-request-id"] == request_id
+    [line] = [e for e in logged if e.get("request_id") == request_id and e["event"] == "request"]
+    assert (line["status"], line["path"], line["method"]) == (status, path, method)
+    dialect = "openai" if path.startswith("/v1/") else "ollama"
+    metrics = httpx.get(guarded.url + "/metrics", headers=AUTH).text
+    route = path if path in ("/api/chat", "/v1/chat/completions") else "other"
+    assert f'dragoman_requests_total{{dialect="{dialect}",model="",route="{route}",status="{status}"}}' in metrics
