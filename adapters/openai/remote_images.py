@@ -31,6 +31,17 @@ def remote_image_urls(request: wire.ChatCompletionRequest) -> list[str]:
     return list(urls)
 
 
+def image_part_count(request: wire.ChatCompletionRequest) -> int:
+    """Every ``image_url`` part, remote or inline: what the image limit counts."""
+    return sum(
+        1
+        for message in request.messages
+        if isinstance(message.content, list)
+        for part in message.content
+        if part.type == "image_url"
+    )
+
+
 def with_fetched_images(request: wire.ChatCompletionRequest, data_uris: Mapping[str, str]) -> wire.ChatCompletionRequest:
     """The request with each fetched URL replaced by its data URI."""
 

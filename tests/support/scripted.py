@@ -36,6 +36,7 @@ from config import ModelRoute
 class ScriptedSettings(msgspec.Struct, forbid_unknown_fields=True):
     delay: float = 0.0  # seconds between events of the "slow" script
     tools: bool = True
+    vision: bool = True
 
 
 class ScriptedBackend:
@@ -53,7 +54,7 @@ class ScriptedBackend:
         self._loaded: set[str] = set()
 
     def capabilities(self, model: str) -> Capabilities:
-        return Capabilities(tools=self.settings.tools, vision=True, thinking=True, json_schema=True, logprobs=False, insert=True)
+        return Capabilities(tools=self.settings.tools, vision=self.settings.vision, thinking=True, json_schema=True, logprobs=False, insert=True)
 
     def details(self, model: str) -> ModelDetails:
         return ModelDetails(format="script", family="scripted", parameter_size="0", size=1)

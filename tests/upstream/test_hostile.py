@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import structlog
+import structlog.testing
 
 from tests.support.replay import ReplayServer, Reply, replay_server
 from tests.support.server import RunningServer, config_from_yaml, serve
@@ -139,13 +141,16 @@ def test_an_ollama_error_line_with_an_error_status_keeps_it(gateway: RunningServ
 @pytest.mark.parametrize("dialect", ["openai", "ollama"])
 @pytest.mark.parametrize("model", ["status-600", "status-999"])
 def test_a_status_line_past_599_is_a_502_naming_the_upstream(
-    gateway: RunningServer, upstreams: tuple[ReplayServer, ReplayServer], model: str, dialect: str, capfd: pytest.CaptureFixture[str]
+    gateway: RunningServer, upstreams: tuple[ReplayServer, ReplayServer], model: str, dialect: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    r = chat(gateway, model, dialect=dialect)  # was: connection closed, no response, a traceback
+    with structlog.testing.capture_logs() as logged:
+        r = chat(gateway, model, dialect=dialect)  # was: connection closed, no response, a traceback
     assert r.status_code == 502
     text = message(r, dialect)
     assert f"upstream {upstreams[0].url}/v1 answered HTTP {model[-3:]}" in text
-    assert "Traceback" not in capfd.readouterr().err
+    assert not [e for e in logged if "exc_info" in e or "exception" in e or e.get("log_level") == "error"]
+    assert not [rec for rec in caplog.records if rec.exc_info]  # uvicorn's "Exception in ASGI application"
 
 
 def test_a_redirect_is_a_502_without_the_credentials_it_names(gateway: RunningServer) -> None:
@@ -197,7 +202,7 @@ def test_a_29_mib_line_is_read_in_linear_time_and_the_loop_keeps_answering(gatew
     # the line is read whole (64 MiB allowed) and is not a JSON chunk: a 502, quickly
     assert r.status_code == 502 and "could not be read" in r.json()["error"]
     assert elapsed < 5, elapsed
-    assert len(gaps) > 3 and max(gaps) < 1.0, (len(gaps), max(gaps))
+    assert gaps and max(gaps) < 1.0, (len(gaps), max(gaps))
 
 
 @pytest.mark.parametrize("dialect", ["openai", "ollama"])
