@@ -157,6 +157,8 @@ def parse_upstream_embed(body: bytes, expected: int) -> EmbedResult:
         reply = _upstream_decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise ValueError(f"upstream sent an embedding reply that could not be read: {exc}") from None
+    except RecursionError:
+        raise ValueError("upstream sent an embedding reply nested too deeply to decode") from None
     rows = reply.embeddings if reply.embeddings is not None else ([reply.embedding] if reply.embedding else [])
     if len(rows) != expected:
         raise ValueError(f"upstream sent {len(rows)} embeddings for {expected} inputs")

@@ -138,6 +138,8 @@ def parse_upstream_embeddings(body: bytes, expected: int) -> EmbedResult:
         reply = _upstream_decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise ValueError(f"upstream sent an embeddings reply that could not be read: {exc}") from None
+    except RecursionError:
+        raise ValueError("upstream sent an embeddings reply nested too deeply to decode") from None
     if len(reply.data) != expected:
         raise ValueError(f"upstream sent {len(reply.data)} embeddings for {expected} inputs")
     ordered = sorted(reply.data, key=lambda d: d.index)
