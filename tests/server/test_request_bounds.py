@@ -170,3 +170,14 @@ def test_distinct_names_matching_a_glob_are_one_series(scripted_server: RunningS
         after = client.get("/metrics").text
     assert series(after) == before
     assert 'model="family-*"' in after and not re.search(r'model="family-\d', after)
+
+
+def test_completions_are_bounded_too(scripted_server: RunningServer) -> None:
+    long = httpx.post(scripted_server.url + "/api/generate", json={"model": "scripted", "prompt": "x" * 2_000_001, "stream": False})
+    assert long.status_code == 400
+    assert long.json()["error"] == "prompt: 2000001 characters; the limit is 2000000 (server.limits.max_message_chars)"
+    stops = httpx.post(scripted_server.url + "/v1/completions", json={"model": "scripted", "prompt": "hi", "stop": ["a"] * 17})
+    assert stops.status_code == 400
+    assert stops.json()["error"]["message"] == "stop: 17 stop strings; the limit is 16 (server.limits.max_stop)"
+    deep = httpx.post(scripted_server.url + "/api/generate", json={"model": "scripted", "prompt": "hi", "stream": False, "format": nested(65)})
+    assert deep.status_code == 400 and deep.json()["error"].startswith("format: JSON nested more than 64 levels deep")
