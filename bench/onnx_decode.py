@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ class Stream:
     tokens: int = 0
     text: str = ""
     eval_ns: int = 0  # worker-side (Ollama's eval_duration), where the dialect reports it
+    arrivals: list[float] = field(default_factory=list)  # every content delta's arrival
 
     @property
     def ttft_ms(self) -> float:
@@ -108,15 +109,20 @@ class RawLoop:
         self.template = load_chat_template(model_dir)
         self.special = special_tokens(model_dir)
 
-    def prompt_ids(self, prompt: str) -> list[int]:
-        """The prompt as dragoman renders it (the model's chat template), tokenized."""
+    def prompt_ids(self, prompt: str | list[dict[str, str]]) -> list[int]:
+        """The prompt (one user message, or OpenAI-style messages) as dragoman renders it
+        (the model's chat template), tokenized."""
+        return self.tokenizer.encode(self.render(prompt))
+
+    def render(self, prompt: str | list[dict[str, str]]) -> str:
         from adapters.canonical import Message, TextPart
         from backends.text.chat_template import render_chat
 
-        text = render_chat(self.template, [Message(role="user", parts=[TextPart(prompt)])], tokens=self.special)
-        return self.tokenizer.encode(text)
+        chat = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        messages = [Message(role=m["role"], parts=[TextPart(m["content"])]) for m in chat]  # type: ignore[arg-type]
+        return render_chat(self.template, messages, tokens=self.special)
 
-    def run(self, prompt: str, new_tokens: int) -> Stream:
+    def run(self, prompt: str | list[dict[str, str]], new_tokens: int) -> Stream:
         og = self.og
         stream = Stream(sent=time.monotonic())
         ids = self.prompt_ids(prompt)
@@ -150,13 +156,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(port: int, config: Path | None) -> subprocess.Popen[bytes]:
+def start_server(port: int, config: Path | None, root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``dragoman serve`` from the checkout at ``root`` (another one serves a before/after)."""
     command = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port)]
     if config is not None:
         command += ["--config", str(config)]
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"onnx-bench-server-{port}.log"
+    env = {**os.environ, "PYTHONPATH": str(root)}
     with open(log_path, "wb") as log:
-        server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(command, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -170,12 +178,16 @@ def start_server(port: int, config: Path | None) -> subprocess.Popen[bytes]:
     raise SystemExit(f"dragoman serve did not answer within 60 s; see {log_path}")
 
 
-async def openai_stream(client: httpx.AsyncClient, prompt: str, new_tokens: int) -> Stream:
+async def openai_stream(
+    client: httpx.AsyncClient, prompt: str | list[dict[str, str]], new_tokens: int, stream: Stream | None = None
+) -> Stream:
+    """``stream``: fill this one (a caller that cancels the task still reads what arrived)."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     body = {
         "model": MODEL, "stream": True, "stream_options": {"include_usage": True},
-        "temperature": 0, "max_tokens": new_tokens, "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0, "max_tokens": new_tokens, "messages": messages,
     }  # fmt: skip
-    stream = Stream(sent=time.monotonic())
+    stream = stream or Stream(sent=time.monotonic())
     pieces = []
     async with client.stream("POST", "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
@@ -187,8 +199,10 @@ async def openai_stream(client: httpx.AsyncClient, prompt: str, new_tokens: int)
                 stream.tokens = chunk["usage"]["completion_tokens"]
             for choice in chunk["choices"]:
                 if content := choice["delta"].get("content"):
+                    arrived = time.monotonic()
                     if stream.first is None:
-                        stream.first = time.monotonic()
+                        stream.first = arrived
+                    stream.arrivals.append(arrived)
                     pieces.append(content)
                 if choice.get("finish_reason"):
                     stream.end = time.monotonic()

@@ -210,33 +210,33 @@ def plot(out: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (or append it); other sections stay."""
+def write_section(path: Path, section: str, title: str = SECTION) -> None:
+    """Replace the section headed ``title`` of ``path`` (or append it); other sections stay."""
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
+    start = text.find(title)
     if start >= 0:
-        end = text.find("\n## ", start + len(SECTION))
+        end = text.find("\n## ", start + len(title))
         text = text[:start] + section.rstrip("\n") + ("\n\n" + text[end + 1 :] if end >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
 
 
-def _rounded(value: Any) -> Any:
+def rounded(value: Any) -> Any:
     """Three decimals are plenty for ms, tok/s and MiB, and keep the JSON small."""
     if isinstance(value, float):
         return round(value, 3)
     if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
+        return {k: rounded(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_rounded(v) for v in value]
+        return [rounded(v) for v in value]
     return value
 
 
 def write(out: dict[str, Any], section: str, root: Path) -> None:
     results = root / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    (results / "onnx_decode.json").write_text(json.dumps(_rounded(out), separators=(",", ":")) + "\n", encoding="utf-8")
+    (results / "onnx_decode.json").write_text(json.dumps(rounded(out), separators=(",", ":")) + "\n", encoding="utf-8")
     plot(out, root / "docs" / "onnx_decode.png")
     write_section(root / "docs" / "benchmarks.md", section)
     print(f"wrote docs/benchmarks.md ({SECTION}), docs/onnx_decode.png, bench/results/onnx_decode.json")
