@@ -6,7 +6,7 @@ backend knows (the backend's own ``Settings`` struct); :mod:`config.loader` spli
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -73,6 +73,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     )
     cors_origins: list[str] = msgspec.field(default_factory=list)  # empty: CORS off
     shutdown_grace: float = 30.0  # seconds running streams get after SIGTERM
+    # Server processes on the one port. "auto": one per core when every model entry is
+    # an upstream server, else one (proxy/workers.py says why).
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] | Literal["auto"] = "auto"
     limits: Limits = Limits()
     image_fetch: ImageFetch = ImageFetch()
 

@@ -15,6 +15,7 @@ import uvicorn
 
 from backends.registry import settings_type
 from config import Config, ConfigError, load_config, routing_table
+from proxy import workers
 from proxy.logging import configure_logging
 
 
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, help="YAML config (default: the built-in one serving smollm2:135m)")
     serve.add_argument("--host", help="address to bind (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config: 11434)")
+    serve.add_argument("--workers", type=int, help="server processes (default from config: auto)")
     serve.set_defaults(run=_serve)
 
     config = commands.add_parser("config", help="work with config files").add_subparsers(title="config commands")
@@ -76,8 +78,17 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     host = args.host or config.server.host
     port = args.port or config.server.port
+    if args.workers is not None and args.workers < 1:
+        print("dragoman: --workers must be at least 1", file=sys.stderr)
+        return 2
+    count = args.workers or workers.process_count(config)
     print(f"dragoman: serving {len(config.models)} model entr{'y' if len(config.models) == 1 else 'ies'} "
-          f"from {config.source} on http://{host}:{port}", file=sys.stderr)
+          f"from {config.source} on http://{host}:{port}"
+          + (f" with {count} worker processes" if count > 1 else ""), file=sys.stderr)  # fmt: skip
+    if note := workers.startup_note(config, count):
+        print(f"dragoman: note: {note}", file=sys.stderr)
+    if count > 1:
+        return workers.serve_processes(config, args.config, host, port, count)
     app = create_app(config)
     server = GracefulServer(
         uvicorn.Config(
@@ -94,6 +105,10 @@ class GracefulServer(uvicorn.Server):
     """uvicorn's server, telling the app when SIGTERM/SIGINT arrives so running streams
     get their grace period and new chats are refused."""
 
+    def __init__(self, config: uvicorn.Config, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
+        super().__init__(config)
+        self.signals = signals
+
     def handle_exit(self, sig: int, frame: Any) -> None:
         table = getattr(self.config.app.state, "models", None)
         if table is not None:
@@ -107,7 +122,7 @@ class GracefulServer(uvicorn.Server):
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in self.signals}
         try:
             yield
         finally:

@@ -1,0 +1,170 @@
+"""``server.workers``: several server processes on one port, so the proxy uses every core.
+
+One Python process translates on one core. The supervisor (the ``dragoman serve``
+process) binds the socket once and starts N processes that each run the whole app on
+it; the kernel hands every new connection to one of them. SIGTERM or Ctrl-C reaches
+the supervisor, which passes SIGTERM on: each worker refuses new chats and gives its
+running streams ``shutdown_grace``, then the supervisor exits 0. A worker that dies
+is started again (a crash loop stops the server instead).
+
+Local models (``onnx``, ``ctransformers``) belong to a process: with N workers, a
+model would load in every worker that gets a request for it (N copies in memory, and
+N times ``max_concurrent`` generations at once). So ``auto`` starts one process per
+core only when every model entry is an upstream server, and one process otherwise;
+asking for more with a local model is allowed but said at start-up, with the cost.
+Counters (``/metrics``) are per process too: a scrape sees the worker that answered it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from config import Config
+
+RESTART_WINDOW = 30.0  # seconds: this many restarts inside it is a crash loop
+MAX_RESTARTS = 5
+
+
+def local_model_entries(config: Config) -> list[str]:
+    """Entries whose backend holds models in the server's processes (unknown backends
+    count as local: better one process too few than a model loaded N times)."""
+    from backends.registry import BackendUnavailable, backend_class
+
+    names = []
+    for route in config.models:
+        try:
+            local = getattr(backend_class(route.config.backend), "loads_models", True)
+        except (KeyError, BackendUnavailable):
+            local = True
+        if local:
+            names.append(route.config.name)
+    return names
+
+
+def process_count(config: Config, cpus: int | None = None) -> int:
+    """``server.workers`` resolved: ``auto`` is one per core for upstream-only configs."""
+    workers = config.server.workers
+    if workers != "auto":
+        return workers
+    if local_model_entries(config):
+        return 1
+    return max(1, cpus if cpus is not None else usable_cpus())
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (a container or ``taskset`` may allow fewer than exist)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def startup_note(config: Config, count: int) -> str | None:
+    """What a user should know about N processes with local models."""
+    local = local_model_entries(config)
+    if count <= 1 or not local:
+        return None
+    return (
+        f"server.workers is {count} and {', '.join(local)} run{'s' if len(local) == 1 else ''} locally: each worker "
+        f"process loads such a model on its first request for it (up to {count} copies in memory, and "
+        f"max_concurrent applies per process); set server.workers: 1 to load each model once"
+    )
+
+
+def serve_processes(config: Config, config_path: Path | None, host: str, port: int, count: int) -> int:
+    """Run ``count`` worker processes on one listening socket until SIGTERM/SIGINT."""
+    sock = _bind(host, port)
+    context = multiprocessing.get_context("spawn")
+    stop = threading.Event()
+
+    def start(index: int) -> Any:
+        process = context.Process(
+            target=_worker_main, args=(sock, str(config_path) if config_path else None, index), name=f"dragoman-worker-{index}"
+        )
+        process.start()
+        return process
+
+    def request_stop(sig: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    processes = [start(i) for i in range(count)]
+    restarts: list[float] = []
+    code = 0
+    try:
+        while not stop.wait(0.5):
+            for index, process in enumerate(processes):
+                if process.is_alive():
+                    continue
+                now = time.monotonic()
+                restarts = [t for t in restarts if now - t < RESTART_WINDOW] + [now]
+                if len(restarts) > MAX_RESTARTS:
+                    print(f"dragoman: worker processes keep exiting (last status {process.exitcode}); stopping",
+                          file=sys.stderr)  # fmt: skip
+                    stop.set()
+                    code = 1
+                    break
+                print(f"dragoman: worker {index} exited with status {process.exitcode}; starting it again", file=sys.stderr)
+                processes[index] = start(index)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()  # SIGTERM: the worker's graceful shutdown
+        deadline = time.monotonic() + config.server.shutdown_grace + 10
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+    return code
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"dragoman: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _worker_main(sock: socket.socket, config_path: str | None, index: int) -> None:
+    """One worker: the whole app on the shared socket. Ctrl-C in a terminal reaches
+    every process of the group; only the supervisor acts on it (it sends SIGTERM), so a
+    worker does not take the second signal as "stop now"."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from backends.registry import settings_type
+    from config import load_config
+    from proxy.app import create_app
+    from proxy.cli import GracefulServer
+    from proxy.logging import configure_logging
+
+    config = load_config(Path(config_path) if config_path else None, settings_type)
+    configure_logging(config.server.log_format, config.server.log_level)
+    server = GracefulServer(
+        uvicorn.Config(
+            create_app(config), log_config=None, access_log=False,
+            timeout_graceful_shutdown=config.server.shutdown_grace + 5,
+        ),  # fmt: skip
+        signals=(signal.SIGTERM,),
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
