@@ -1,7 +1,7 @@
 """The YAML config: schema, loading with line-numbered errors, and model routing."""
 
 from config.loader import DEFAULT_CONFIG, ConfigError, load_config, parse_config
-from config.routing import resolve, routing_table
+from config.routing import check_report, resolve, routing_table
 from config.schema import Config, ModelConfig, ModelRoute, ServerConfig
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "ModelConfig",
     "ModelRoute",
     "ServerConfig",
+    "check_report",
     "load_config",
     "parse_config",
     "resolve",

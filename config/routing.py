@@ -40,5 +40,15 @@ def routing_table(config: Config) -> list[tuple[str, str, str]]:
     return rows
 
 
+def check_report(config: Config) -> list[str]:
+    """The lines ``dragoman config check`` prints (the web page shows the same)."""
+    rows = routing_table(config)
+    width = max((len(name) for name, _, _ in rows), default=4)
+    lines = [f"{config.source}: OK, {len(config.models)} model entries, {len(config.aliases)} aliases"]
+    lines.append(f"{'NAME':<{width}}  {'BACKEND':<14} MATCH")
+    lines += [f"{name:<{width}}  {backend:<14} {how}" for name, backend, how in rows]
+    return lines
+
+
 def _backend_of(config: Config, name: str) -> str:
     return next((r.config.backend for r in config.models if r.config.name == name), "?")

@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 
 from backends.registry import settings_type
-from config import Config, ConfigError, load_config, routing_table
+from config import Config, ConfigError, check_report, load_config, routing_table
 from proxy import workers
 from proxy.logging import configure_logging
 
@@ -161,13 +161,7 @@ def _ensure_default_model() -> bool:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    config = _load(args.file)
-    rows = routing_table(config)
-    width = max((len(name) for name, _, _ in rows), default=4)
-    print(f"{config.source}: OK, {len(config.models)} model entries, {len(config.aliases)} aliases")
-    print(f"{'NAME':<{width}}  {'BACKEND':<14} MATCH")
-    for name, backend, how in rows:
-        print(f"{name:<{width}}  {backend:<14} {how}")
+    print("\n".join(check_report(_load(args.file))))
     return 0
 
 
