@@ -49,9 +49,10 @@ class ModelTable:
         """Backend-side gauges for /metrics, read at scrape time."""
         queue = GaugeMetricFamily("dragoman_queue_depth", "Requests waiting for a model", labels=["model"])
         active = GaugeMetricFamily("dragoman_active_requests", "Chats running per model entry", labels=["model"])
-        for route in self.config.models:
-            gate = self._gates.get(id(route))
-            if gate is not None:
+        for route, backend in self.entries():
+            # The proxy's own gate when configured, else a backend's (the ONNX backend has one).
+            gate = self._gates.get(id(route)) or getattr(backend, "admission", None)
+            if isinstance(gate, Admission):
                 queue.add_metric([route.config.name], gate.waiting)
                 active.add_metric([route.config.name], gate.active)
         loaded = GaugeMetricFamily("dragoman_loaded_models", "Models loaded in memory", labels=["model", "backend"])
