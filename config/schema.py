@@ -76,6 +76,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # Server processes on the one port. "auto": one per core when every model entry is
     # an upstream server, else one (proxy/workers.py says why).
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] | Literal["auto"] = "auto"
+    ui: bool = True  # the web page at /ui (models, health, playground); false turns it off
     limits: Limits = Limits()
     image_fetch: ImageFetch = ImageFetch()
 

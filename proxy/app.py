@@ -23,6 +23,7 @@ from proxy.metrics import Metrics
 from proxy.models import BackendFactory, ModelTable, build_backend
 from proxy.ollama_routes import ollama_router
 from proxy.openai_routes import openai_router
+from proxy import ui
 from proxy.version import __version__
 
 
@@ -50,12 +51,17 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
 
     server = config.server
     middleware: list[Any] = []
+    routes: list[Any] = [
+        openai_router, ollama_router, completion_router, embedding_router, health_router, metrics_route(metrics)
+    ]
+    open_paths = list(server.open_paths)
+    if server.ui:
+        routes.append(ui.ui_router(config))
+        open_paths += ui.open_paths()
     if config.api_keys:
-        middleware.append(auth_middleware_factory(config.api_keys, server.open_paths))
+        middleware.append(auth_middleware_factory(config.api_keys, open_paths))
     app = Litestar(
-        route_handlers=[
-            openai_router, ollama_router, completion_router, embedding_router, health_router, metrics_route(metrics)
-        ],
+        route_handlers=routes,
         dependencies={"models": Provide(provide_models, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,

@@ -85,6 +85,8 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"dragoman: serving {len(config.models)} model entr{'y' if len(config.models) == 1 else 'ies'} "
           f"from {config.source} on http://{host}:{port}"
           + (f" with {count} worker processes" if count > 1 else ""), file=sys.stderr)  # fmt: skip
+    if config.server.ui:
+        print(f"dragoman: web page at http://{host}:{port}/ui", file=sys.stderr)
     if note := workers.startup_note(config, count):
         print(f"dragoman: note: {note}", file=sys.stderr)
     if count > 1:

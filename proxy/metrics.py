@@ -30,6 +30,8 @@ def route_label(path: str) -> str:
         return path
     if path.startswith("/v1/models/"):
         return "/v1/models/{model}"
+    if path == "/ui" or path.startswith("/ui/"):
+        return "/ui"
     return "other"
 
 
