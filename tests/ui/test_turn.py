@@ -102,7 +102,7 @@ def test_canonical_view_hides_authorization_and_unset_fields() -> None:
     ({"dialect": "openai", "request": {"messages": []}}, "request: Object missing required field `model`"),
     ({"dialect": "klingon", "request": {}}, "dialect: Invalid enum value 'klingon'"),
     ({"dialect": "ollama", "request": {}, "extra": 1}, "body: Object contains unknown field `extra`"),
-    ({"dialect": "ollama", "request": {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}}, "messages[0].role"),
+    ({"dialect": "ollama", "request": {"model": MODEL, "messages": [{"role": "", "content": "x"}]}}, "messages[0].role"),
 ])
 def test_bad_turns_name_the_field(body: dict, message: str) -> None:
     with pytest.raises(RequestError) as caught:
