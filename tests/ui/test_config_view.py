@@ -16,8 +16,11 @@ server:
 models:
   - name: remote
     backend: openai
-    base_url: "https://user:hunter2@api.example.com/v1?api-key=qwerty&region=eu"
+    base_url: "https://api.example.com/v1?api-key=qwerty&region=eu"
     api_key: {SECRET}
+  - name: basic
+    backend: openai
+    base_url: "https://user:hunter2@basic.example.com/v1"
   - name: "llama*"
     backend: ollama
     endpoints: ["http://127.0.0.1:11435", "http://127.0.0.1:11436"]
@@ -73,7 +76,8 @@ def test_config_view_never_contains_a_secret() -> None:
     assert view.api_keys is True
     assert view.server["api_keys"] == MASK
     assert view.check == check_report(config)
-    remote, llama = view.entries
+    remote, basic, llama = view.entries
+    assert basic.answers_from == ["https://basic.example.com/v1"]
     assert remote.settings["api_key"] == MASK
     assert remote.answers_from == ["https://api.example.com/v1?api-key=***&region=***"]
     assert sorted(remote.aliases) == ["fast", "gpt-4o-mini"]
@@ -83,10 +87,11 @@ def test_config_view_never_contains_a_secret() -> None:
 
 def test_check_report_is_what_config_check_prints() -> None:
     lines = check_report(config_from_yaml(CONFIG))
-    assert lines[0] == "<test>: OK, 2 model entries, 2 aliases"
+    assert lines[0] == "<test>: OK, 3 model entries, 2 aliases"
     assert lines[1].split() == ["NAME", "BACKEND", "MATCH"]
     assert [line.split() for line in lines[2:]] == [
         ["remote", "openai", "exact"],
+        ["basic", "openai", "exact"],
         ["llama*", "ollama", "pattern"],
         ["gpt-4o-mini", "openai", "alias", "of", "remote"],
         ["fast", "openai", "alias", "of", "remote"],

@@ -25,8 +25,11 @@ models:
     defaults: {{temperature: 0.3}}
   - name: remote
     backend: openai
-    base_url: "http://user:hunter2@127.0.0.1:9/v1"
+    base_url: "http://127.0.0.1:9/v1"
     api_key: {UPSTREAM_SECRET}
+  - name: basic
+    backend: ollama
+    base_url: "http://user:hunter2@127.0.0.1:9"
 aliases:
   nickname: scripted
 """
@@ -127,6 +130,8 @@ def test_config_view_masks_every_secret(http: httpx.Client) -> None:
     assert view["api_keys"] is True
     remote = next(e for e in view["entries"] if e["name"] == "remote")
     assert remote["answers_from"] == ["http://127.0.0.1:9/v1"] and remote["settings"]["api_key"] == "***"
+    basic = next(e for e in view["entries"] if e["name"] == "basic")
+    assert basic["answers_from"] == ["http://127.0.0.1:9"]
     assert view["check"][2].split() == ["scripted", "tests.support.scripted:ScriptedBackend", "exact"]
 
 
