@@ -106,6 +106,9 @@ def test_the_page_lists_the_model_with_no_console_errors(watched: Watched, serve
     expect(page.locator("#checks-table")).to_contain_text(f"model:{MODEL}")
     expect(page.locator("#config-check")).to_contain_text(re.compile(rf"{re.escape(MODEL)}\s+onnx\s+exact"))
     expect(page.locator("#chat-model")).to_have_value(MODEL)
+    # the built-in embedding model is listed, but not offered to chat with
+    expect(row(page, "all-minilm").locator("td").nth(4)).to_have_text("embedding")
+    assert page.locator("#chat-model option").all_inner_texts() == [MODEL]
     expect(page.locator("#stat-total")).to_have_text(re.compile(r"^\d+$"))
     page.wait_for_timeout(2500)  # one live refresh of /metrics and /api/ps
     assert watched.errors == []

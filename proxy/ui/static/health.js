@@ -19,7 +19,7 @@ const isChat = (labels) => Boolean(labels.model);
 export async function refreshMetrics() {
   const samples = parseMetrics(await call("/metrics"));
   const now = performance.now() / 1000;
-  snapshots.push({
+  const snapshot = {
     t: now,
     requests: total(samples, "dragoman_requests_total", isChat),
     allRequests: total(samples, "dragoman_requests_total"),
@@ -31,7 +31,14 @@ export async function refreshMetrics() {
     speedCount: total(samples, "dragoman_generation_tokens_per_second_count"),
     queue: total(samples, "dragoman_queue_depth"),
     active: total(samples, "dragoman_active_requests"),
-  });
+  };
+  // A counter that went down means a restarted server, or another worker process
+  // (server.workers) answering this scrape: differences across it mean nothing.
+  const previous = snapshots[snapshots.length - 1];
+  if (previous && (snapshot.allRequests < previous.allRequests || snapshot.tokensOut < previous.tokensOut)) {
+    snapshots.length = 0;
+  }
+  snapshots.push(snapshot);
   if (snapshots.length > HISTORY + 1) snapshots.shift();
   const last = snapshots[snapshots.length - 1];
   const first = snapshots[Math.max(0, snapshots.length - 1 - WINDOW)];

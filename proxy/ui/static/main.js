@@ -4,7 +4,7 @@
 import { ApiError, auth, call } from "./api.js";
 import { renderConfig } from "./config.js";
 import { refreshHealth, refreshMetrics } from "./health.js";
-import { modelNames, refreshModels, refreshRunning, setConfig, tick } from "./models.js";
+import { chatModelNames, refreshModels, refreshRunning, setConfig, tick } from "./models.js";
 import { setModels, setupPlayground } from "./playground.js";
 import { $ } from "./util.js";
 
@@ -33,7 +33,7 @@ async function start() {
   setConfig(view);
   renderConfig(view);
   await refreshModels();
-  setModels(modelNames());
+  setModels(chatModelNames());
   samples = await refreshMetrics();
   await refreshHealth(samples);
   timers.push(setInterval(() => guarded(async () => { samples = await refreshMetrics(); await refreshRunning(); }), FAST));
@@ -83,7 +83,7 @@ $("forget-key").addEventListener("click", () => {
 
 $("refresh-models").addEventListener("click", () => guarded(async () => {
   await refreshModels();
-  setModels(modelNames());
+  setModels(chatModelNames());
 }));
 
 setupPlayground();

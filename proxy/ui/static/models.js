@@ -49,8 +49,11 @@ export async function refreshRunning() {
   render();
 }
 
-export function modelNames() {
-  return names.filter((r) => !r.pattern).map((r) => r.name);
+// What the playground offers: models that chat (an embedding model has no "completion";
+// one whose /api/show failed is offered, and its error will say why).
+export function chatModelNames() {
+  const chats = (r) => { const s = shown.get(r.name); return !s || s.error || (s.capabilities || []).includes("completion"); };
+  return names.filter((r) => !r.pattern && chats(r)).map((r) => r.name);
 }
 
 export function tick() {
