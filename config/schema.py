@@ -56,6 +56,10 @@ class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     timeout: float = 10.0  # seconds for one whole fetch: resolving, connecting, reading
     max_concurrent: int = 4  # fetches of one request at a time
 
+    def __post_init__(self) -> None:
+        if self.max_concurrent < 1 or self.max_bytes < 1 or self.timeout <= 0:
+            raise ValueError("'max_concurrent' and 'max_bytes' must be at least 1 and 'timeout' positive")
+
 
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     host: str = DEFAULT_HOST

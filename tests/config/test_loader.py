@@ -225,3 +225,10 @@ def test_builtin_default_config_serves_smollm2() -> None:
     config = load_config(None, settings_type)
     assert config.source == str(DEFAULT_CONFIG)
     assert resolve(config, "smollm2:135m").config.backend == "onnx"
+
+
+def test_image_fetch_bounds_are_checked() -> None:
+    from backends.registry import settings_type
+
+    with pytest.raises(ConfigError, match=r"server.image_fetch: 'max_concurrent' and 'max_bytes' must be at least 1"):
+        parse_config("server:\n  image_fetch: {enabled: true, max_concurrent: 0}\nmodels: []\n", "c.yaml", settings_type)

@@ -5,6 +5,8 @@ can use them, from a checked public address, under one deadline and a decoded-si
 from __future__ import annotations
 
 import ipaddress
+import shutil
+import ssl
 import time
 import zlib
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ import pytest
 from proxy import image_fetch
 from proxy.bounded_decode import TooLarge, UnsupportedEncoding, decode_body
 from proxy.public_address import refusal
-from tests.support.image_host import PNG, ImageHost, bomb, image_host
+from tests.support.image_host import PNG, ImageHost, bomb, image_host, make_certificate
 from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer, config_from_yaml, serve
 
@@ -214,3 +216,34 @@ def test_bounded_decode(name: str, body: bytes, encoding: str, limit: int, want:
 def test_bounded_decode_of_a_bomb_stops_at_the_limit(encoding: str) -> None:
     with pytest.raises(TooLarge):
         decode_body(bomb(encoding), encoding, MiB)
+
+
+@pytest.fixture(scope="module")
+def tls_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ImageHost, ssl.SSLContext]]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl CLI is not installed here, so no test certificate can be made")
+    ca, cert, key = make_certificate(tmp_path_factory.mktemp("tls"), "images.invalid")
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    with image_host(tls=server_side) as host:
+        yield host, ssl.create_default_context(cafile=str(ca))
+
+
+def test_tls_to_the_checked_address_verifies_the_name(
+    fetching: RunningServer, tls_images: tuple[ImageHost, ssl.SSLContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection goes to the address, TLS to the name: SNI and the certificate check
+    use ``images.invalid``, so its certificate passes and the same server named otherwise fails."""
+    host, trust = tls_images
+
+    async def resolver(name: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    monkeypatch.setattr(image_fetch, "resolve", resolver)
+    monkeypatch.setattr(image_fetch, "verify", trust)
+    port = host.url.rsplit(":", 1)[1]
+    r = ask(fetching, f"https://images.invalid:{port}/dot.png")
+    assert r.status_code == 200, r.text
+    assert host.hosts[-1] == f"images.invalid:{port}"
+    wrong = ask(fetching, f"https://127.0.0.1:{port}/dot.png")  # listed, but the certificate names images.invalid
+    assert wrong.status_code == 400 and "CERTIFICATE_VERIFY_FAILED" in error(wrong)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import http.server
+import ssl
+import subprocess
 import threading
 import time
 import zlib
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -64,6 +67,23 @@ def compressed_png(encoding: str) -> bytes:
 
         return zstandard.compress(PNG)
     raise ValueError(encoding)
+
+
+def make_certificate(folder: Path, name: str) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a certificate for ``name`` signed by it, made with the
+    ``openssl`` CLI: (CA certificate, certificate, key)."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ca_key, ca, key, csr, cert = (folder / n for n in ("ca.key", "ca.pem", "leaf.key", "leaf.csr", "leaf.pem"))
+    extensions = folder / "leaf.ext"
+    extensions.write_text(f"subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\n")
+    for command in (
+        ["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=dragoman test CA"],
+        ["req", *ec, "-keyout", key, "-out", csr, "-subj", f"/CN={name}"],
+        ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "2",
+         "-extfile", extensions],
+    ):
+        subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True, timeout=30)
+    return ca, cert, key
 
 
 @dataclass
@@ -134,12 +154,15 @@ def _handler(state: ImageHost) -> type[http.server.BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def image_host() -> Iterator[ImageHost]:
+def image_host(tls: ssl.SSLContext | None = None) -> Iterator[ImageHost]:
+    """Plain HTTP, or HTTPS with ``tls`` (a server context holding the certificate)."""
     state = ImageHost()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    state.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     try:
         yield state
     finally:

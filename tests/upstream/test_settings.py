@@ -17,6 +17,8 @@ BAD = [
     ("no failures allowed", "base_url: http://a\n    max_failures: 0", "at least 1"),
     ("misspelt key", "base_url: http://a\n    first_bite_timeout: 3", "<test>:5: models[0].first_bite_timeout: unknown key"),
     ("wrong type", "base_url: http://a\n    endpoints: http://b", "<test>:5: models[0].endpoints: Expected a list"),
+    ("tiny reply cap", "base_url: http://a\n    max_reply_bytes: 10", "'max_reply_bytes' and 'max_line_bytes' must be at least 1024"),
+    ("url credentials and a key", "base_url: http://u:p@a\n    api_key: k", "carries credentials (user:password@) and 'api_key'"),
 ]
 
 
@@ -42,3 +44,10 @@ def test_repr_never_shows_the_key() -> None:
     settings = UpstreamSettings(base_url="http://a", api_key="sk-live-123456")
     assert "sk-live-123456" not in repr(settings) and "api_key='***'" in repr(settings)
     assert "sk-live-123456" not in repr(settings.secret_key)
+
+
+def test_the_repr_shows_no_credentials() -> None:
+    shown = repr(UpstreamSettings(endpoints=["http://user:hunter2@a:1/v1", "http://b"]))
+    assert "hunter2" not in shown and "user" not in shown and "http://a:1/v1" in shown
+    keyed = repr(UpstreamSettings(base_url="http://a/v1", api_key="sk-secret"))
+    assert "sk-secret" not in keyed and "api_key='***'" in keyed
