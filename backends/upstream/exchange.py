@@ -236,26 +236,25 @@ class LineSplitter:
         self._max_line = max_line
 
     def lines(self, chunk: bytes) -> list[bytes]:
-        end = chunk.rfind(b"\n")
-        if end < 0:  # the line goes on
-            self._pending.append(chunk)
-            self._pending_size += len(chunk)
-            self._check(self._pending_size)
-            return []
-        rest = chunk[end + 1 :]
+        parts = chunk.split(b"\n")
+        rest = parts.pop()
+        longest_possible = len(chunk)
         if self._pending:
-            self._pending.append(chunk[: end + 1])
-            chunk = b"".join(self._pending)
-            end = len(chunk) - 1
+            if not parts:  # the line goes on
+                self._pending.append(rest)
+                self._pending_size += len(rest)
+                self._check(self._pending_size)
+                return []
+            self._pending.append(parts[0])
+            parts[0] = b"".join(self._pending)
+            longest_possible += self._pending_size
             self._pending = []
-            self._pending_size = 0
-        parts = chunk[:end].split(b"\n")
-        if self._max_line is not None:
-            self._check(max(map(len, parts)))
+        # Only a chunk (with what was pending) longer than the limit can hold a line that is.
+        if self._max_line is not None and longest_possible > self._max_line:
+            self._check(max(len(rest), *map(len, parts)))
         if rest:
-            self._pending.append(rest)
-            self._pending_size = len(rest)
-            self._check(self._pending_size)
+            self._pending = [rest]
+        self._pending_size = len(rest)
         return parts
 
     def tail(self) -> list[bytes]:
