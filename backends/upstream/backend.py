@@ -380,7 +380,7 @@ def coalesce_deltas(events: list[Event]) -> list[Event]:
 
 
 def _redacted(event: Event, redact: Redactor) -> Event:
-    if redact and isinstance(event, ErrorEvent):
+    if isinstance(event, ErrorEvent) and redact:
         return msgspec.structs.replace(event, message=redact.text(event.message))
     return event
 
