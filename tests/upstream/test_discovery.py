@@ -60,11 +60,12 @@ def test_discovery_is_cached_for_its_ttl(gateway: RunningServer, upstream: Repla
     def fetches() -> int:
         return sum(1 for r in upstream.received if r.path == "/v1/models")
 
-    listed(gateway)
-    before = fetches()
-    for _ in range(5):
-        listed(gateway)
-    assert fetches() == before  # within the TTL: from the cache
-    time.sleep(0.6)
-    listed(gateway)
+    with httpx.Client(base_url=gateway.url) as client:  # one client: six listings well within the 0.5 s TTL
+        client.get("/v1/models")
+        before = fetches()
+        for _ in range(5):
+            client.get("/v1/models")
+        assert fetches() == before  # within the TTL: from the cache
+        time.sleep(0.6)
+        client.get("/v1/models")
     assert fetches() == before + 1
