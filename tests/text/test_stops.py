@@ -44,3 +44,31 @@ SUFFIXES = [
 @pytest.mark.parametrize(("name", "text", "needles", "expected"), SUFFIXES, ids=[c[0] for c in SUFFIXES])
 def test_partial_suffix_length(name: str, text: str, needles: list[str], expected: int) -> None:
     assert partial_suffix_length(text, needles) == expected
+
+
+def test_overlapping_stops_the_first_to_end_wins() -> None:
+    matcher = StopMatcher(["abcd", "bc", "xbcq"])
+    assert matcher.feed("zab") == "z"  # "ab" could still become "abcd"
+    assert matcher.feed("cd") == "a" and matcher.stopped  # "bc" ended first
+    suffix = StopMatcher(["bcd", "abcde"])
+    assert suffix.feed("abcdz") == "a"
+
+
+def test_the_cost_per_character_does_not_grow_with_the_number_of_stops() -> None:
+    """Complexity, not speed: 4,096 stop strings cost about what one does per
+    character of text (the old matcher scanned every stop string at every delta)."""
+    import time
+
+    text = ["The capital of France is Paris, a city of light. "[i % 48] for i in range(20_000)]
+
+    def cost(stops: list[str]) -> float:
+        matcher = StopMatcher(stops)
+        began = time.perf_counter()
+        for delta in text:
+            matcher.feed(delta)
+        return time.perf_counter() - began
+
+    many = [f"zq{i:06d}xyzzy" for i in range(4096)] + ["Paris, a city of lighthouse"]
+    few = ["Paris, a city of lighthouse"]
+    ratio = min(cost(many) for _ in range(3)) / min(cost(few) for _ in range(3))
+    assert ratio < 3, ratio
