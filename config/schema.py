@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from adapters.canonical import SamplingOptions
+from adapters.schema_budget import SchemaBudget
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -45,6 +46,7 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_message_chars: int = 2_000_000  # characters of one message's text
     max_prompt_chars: int = 8_000_000  # characters of all messages' text together
     max_json_depth: int = 64  # nesting of free-form JSON: schemas, tool parameters and arguments
+    schema: SchemaBudget = SchemaBudget()  # JSON schemas compiled into grammars
 
 
 class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

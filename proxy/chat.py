@@ -22,7 +22,7 @@ from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Request, 
 from adapters.errors import BackendError, BackendTimeout, DragomanError, error_for_status
 from backends.base import Backend, check_capabilities
 from config import ModelRoute
-from proxy.limits import check_request, check_request_shape, clamp_to_context
+from proxy.limits import check_grammars, check_request, check_request_shape, clamp_to_context
 from proxy.models import ModelTable
 from proxy.record import RequestRecord
 
@@ -95,6 +95,7 @@ def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple
     record.backend = route.config.backend
     check_request(request, table.limits)
     check_request_shape(request, table.limits, record.dialect)
+    check_grammars(request, table.limits.schema, record.dialect)
     request = msgspec.structs.replace(request, options=request.options.merged(route.config.defaults))
     request = clamp_to_context(request, route.config.context_length)
     check_capabilities(request, backend.capabilities(request.model), request.model)

@@ -1,5 +1,6 @@
 """Per-request bounds, checked before any work: images, stop strings, prompt size,
-nesting of free-form JSON; and max_tokens against the context."""
+nesting of free-form JSON, the complexity of schemas compiled into grammars; and
+max_tokens against the context."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import msgspec
 from adapters.canonical import ChatRequest, CompletionRequest
 from adapters.errors import DragomanError, RequestError
 from adapters.json_depth import too_deep
+from adapters.schema_budget import SchemaBudget, check_schemas
 from config.schema import Limits
 
 R = TypeVar("R", ChatRequest, CompletionRequest)
@@ -147,3 +149,23 @@ def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, diale
             raise RequestError(
                 f"{field}: JSON nested more than {limit} levels deep (server.limits.max_json_depth)", param=field
             )
+
+
+# Where each dialect writes the structured-output schema, for errors that name it.
+_FORMAT_FIELD = {"openai": "response_format.json_schema.schema", "ollama": "format"}
+
+
+def check_grammars(request: ChatRequest | CompletionRequest, budget: SchemaBudget, dialect: str) -> None:
+    """The schemas a request would have compiled (structured output; the tools'
+    parameters when a call is forced) against the budget, before any work."""
+    schemas: list[tuple[str, object]] = []
+    if request.response_format.type == "json_schema" and request.response_format.schema is not None:
+        schemas.append((_FORMAT_FIELD.get(dialect, "response_format"), request.response_format.schema))
+    choice = request.tool_choice if isinstance(request, ChatRequest) else None
+    if choice is not None and choice.mode in ("required", "function"):
+        schemas += [
+            (f"tools[{i}].function.parameters", tool.parameters)
+            for i, tool in enumerate(request.tools)
+            if choice.mode == "required" or tool.name == choice.name
+        ]
+    check_schemas(schemas, budget)
