@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import datetime as dt
+import contextlib
 import functools
 import itertools
 import logging
@@ -56,8 +56,9 @@ from backends.ctransformers.prompt import (
 )
 from backends.ctransformers.sampling import SamplePlan, plan_sampling
 from backends.ctransformers.settings import CTransformersSettings
+from backends.residency import Residency
 from backends.text.chat_template import render_chat_segments
-from backends.text.segments import Segment
+from backends.text.segments import Segment, fewest_tokens, prompt_bytes
 
 log = logging.getLogger("dragoman.ctransformers")
 INSTALL_HINT = "pip install 'dragoman[ctransformers]'"
@@ -113,14 +114,13 @@ class CTransformersBackend:
         self.settings: CTransformersSettings = route.settings
         self.name: str = route.config.name
         self.history: collections.deque[RequestRecord] = collections.deque(maxlen=100)
-        self.expires_at: dt.datetime | None = None
+        self.residency = Residency(self.name, route.keep_alive, self._drop_instances)
         self._pool: InstancePool | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._file: ModelFile | None = None
         self._context_length = 0
         self._load_lock = asyncio.Lock()
         self._cancels: set[threading.Event] = set()
-        self._expiry: asyncio.TimerHandle | None = None
         self._ids = itertools.count(1)
 
     # -- discovery ---------------------------------------------------------------------
@@ -152,7 +152,7 @@ class CTransformersBackend:
                 name=self.name,
                 size=self._file.size,
                 size_vram=self._file.size if on_gpu else 0,
-                expires_at=self.expires_at,
+                expires_at=self.residency.expires_at,
                 context_length=self._context_length,
                 details=self.details(self.name),
             )
@@ -164,24 +164,27 @@ class CTransformersBackend:
     # -- lifetime ----------------------------------------------------------------------
 
     async def load(self, model: str, keep_alive: float | None) -> None:
+        self.residency.check_open()
         await self._ensure_loaded()
-        if self._pool is not None and self._pool.idle:
-            self._schedule_expiry(self.route.keep_alive if keep_alive is None else keep_alive)
+        self.residency.loaded(keep_alive)
 
     async def unload(self, model: str | None = None) -> None:
-        """Drop the instances; a request still running keeps its own until it ends."""
-        self._cancel_expiry()
+        """Once the requests in flight are done (new ones are refused meanwhile)."""
+        await self.residency.unload()
+
+    async def _drop_instances(self) -> None:
+        """A thread still generating keeps its instance until it stops."""
         async with self._load_lock:
             if self._pool is not None:
                 self._pool.take_all()
                 log.info("unloaded model '%s'", self.name)
             self._pool = None
-            self.expires_at = None
 
     async def aclose(self) -> None:
         for cancel in list(self._cancels):
             cancel.set()
-        await self.unload()
+        self.residency.forget()
+        await self._drop_instances()
         executor, self._executor = self._executor, None
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, wait=True)
@@ -196,33 +199,47 @@ class CTransformersBackend:
         special (api-mapping §7), and only the client's own stops."""
         if request.templated:
             return self.chat(request.as_chat())
-        return self._run(request, lambda file: (pieces_of([Segment(request.prompt)], file.special_tokens), ()))
+        return self._run(request, lambda file: ([Segment(request.prompt)], ()))
 
-    def _chat_prompt(self, request: ChatRequest, file: ModelFile) -> tuple[list[str | int], tuple[str, ...]]:
-        """The pieces to tokenize and the preset's stops (none for the file's own template)."""
-        pieces = pieces_of(self._render(request, file), file.special_tokens)
-        return pieces, () if self._uses_own_template(file) else PRESET_STOPS[self._preset(file)]
+    def _chat_prompt(self, request: ChatRequest, file: ModelFile) -> tuple[list[Segment], tuple[str, ...]]:
+        """The prompt's segments and the preset's stops (none for the file's own template)."""
+        segments = self._render(request, file)
+        return segments, () if self._uses_own_template(file) else PRESET_STOPS[self._preset(file)]
 
     async def _run(
-        self, request: Request, prompt: Callable[[ModelFile], tuple[list[str | int], tuple[str, ...]]]
+        self, request: Request, prompt: Callable[[ModelFile], tuple[list[Segment], tuple[str, ...]]]
+    ) -> AsyncIterator[Event]:
+        async with self.residency.request(request.keep_alive):
+            async with contextlib.aclosing(self._generate(request, prompt)) as events:
+                async for event in events:
+                    yield event
+
+    async def _generate(
+        self, request: Request, prompt: Callable[[ModelFile], tuple[list[Segment], tuple[str, ...]]]
     ) -> AsyncIterator[Event]:
         began = time.perf_counter_ns()
         plan = plan_sampling(request.options)
         load_ns = await self._ensure_loaded()
         pool, file, executor = self._pool, self._file, self._executor
         assert pool is not None and file is not None and executor is not None
-        self._cancel_expiry()
-        pieces, stops = prompt(file)
+        segments, stops = prompt(file)
         if stops:
             plan = msgspec.structs.replace(plan, stop=plan.stop + stops)
         limit = min(self._context_length, request.options.num_ctx or self._context_length)
-        keep_alive = self.route.keep_alive if request.keep_alive is None else request.keep_alive
+        at_least = fewest_tokens(segments, file.longest_token_bytes)
+        if at_least >= limit:  # refused before the library tokenises a megabyte
+            raise ContextTooLong(
+                f"the prompt is {prompt_bytes(segments)} bytes, so at least {at_least} tokens; model '{self.name}' "
+                f"has a context of {limit}" + (" (num_ctx)" if request.options.num_ctx else ""),
+                param="messages" if isinstance(request, ChatRequest) else "prompt",
+            )
+        pieces = pieces_of(segments, file.special_tokens)
         llm = await pool.acquire(self.name)
         run = _Run(asyncio.get_running_loop(), next(self._ids))
         job = functools.partial(self._work, llm, file, pieces, plan, limit, run)
         future = asyncio.wrap_future(executor.submit(job))
         self._cancels.add(run.cancel)
-        future.add_done_callback(functools.partial(self._finished, run, pool, llm, keep_alive))
+        future.add_done_callback(functools.partial(self._finished, run, pool, llm))
         done = False
         try:
             item = await run.queue.get()
@@ -257,9 +274,7 @@ class CTransformersBackend:
         )
         return generation.run(llm, job, run.emit, run.cancel)
 
-    def _finished(
-        self, run: _Run, pool: InstancePool, llm: Any, keep_alive: float, future: asyncio.Future[Any]
-    ) -> None:
+    def _finished(self, run: _Run, pool: InstancePool, llm: Any, future: asyncio.Future[Any]) -> None:
         """On the loop, once the worker thread has stopped: only now is the instance free."""
         self._cancels.discard(run.cancel)
         pool.release(llm)
@@ -269,8 +284,6 @@ class CTransformersBackend:
                 run.request_id, outcome.reason, outcome.prompt_tokens, outcome.completion_tokens, run.tokens_at_cancel
             )
             self.history.append(record)
-        if pool is self._pool and pool.idle:
-            self._schedule_expiry(keep_alive)
         run.queue.put_nowait(_END)
 
     def _raise_refusal(self, future: asyncio.Future[Any], request: Request) -> None:
@@ -384,30 +397,6 @@ class CTransformersBackend:
         if file.container == "gguf" and file.context_length:
             return min(file.context_length, DEFAULT_MAX_CONTEXT)
         return None  # a GGML-era file's own
-
-    # -- keep-alive --------------------------------------------------------------------
-
-    def _schedule_expiry(self, keep_alive: float) -> None:
-        self._cancel_expiry()
-        if keep_alive < 0 or self._pool is None:
-            self.expires_at = None
-            return
-        self.expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=keep_alive)
-        self._expiry = asyncio.get_running_loop().call_later(keep_alive, self._unload_if_idle)
-
-    def _cancel_expiry(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-
-    def _unload_if_idle(self) -> None:
-        self._expiry = None
-        if self._pool is not None and self._pool.idle:
-            self._pool.take_all()
-            self._pool = None
-            self.expires_at = None
-            log.info("unloaded idle model '%s'", self.name)
-
 
 def _parameter_size(parameters: int) -> str:
     if not parameters:

@@ -88,6 +88,8 @@ class ModelFile(msgspec.Struct, frozen=True):
     eos_text: str | None = None
     quantization: str = ""
     parameters: int = 0
+    # Bytes of the longest token's spelling (at least its text's bytes); 0: unknown.
+    longest_token_bytes: int = 0
 
 
 def inspect_model_file(path: str | Path, model_type: str | None) -> ModelFile:
@@ -161,6 +163,7 @@ def _gguf_facts(path: Path, gguf: GgufFile, size: int) -> ModelFile:
         eos_text=tokens[eos] if eos is not None and 0 <= eos < len(tokens) else None,
         quantization=_main_type(gguf.tensors),
         parameters=sum(_elements(t) for t in gguf.tensors if t.name != "output.weight"),
+        longest_token_bytes=max((len(t.encode("utf-8", errors="surrogatepass")) for t in tokens), default=0),
     )
 
 

@@ -12,6 +12,7 @@ library silently overwrites the last position).
 from __future__ import annotations
 
 import codecs
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,12 @@ from backends.text.stops import StopMatcher
 
 # Prompt tokens evaluated between two checks for cancellation.
 PROMPT_CHUNK = 64
+# The bundled llama.cpp crashes the process (SIGSEGV) tokenising one run of about
+# 32,000 characters without whitespace (measured: 28,000 fine, 32,768 not), so longer
+# runs are tokenised in pieces of this many characters (only such runs tokenise
+# differently, at the cuts).
+MAX_RUN = 4096
+_LONG_RUN = re.compile(r"\S{%d,}" % (MAX_RUN + 1))
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -51,8 +58,25 @@ def tokenize(llm: Any, pieces: Sequence[str | int], *, add_bos: bool) -> list[in
     if add_bos and not (pieces and pieces[0] == llm.bos_token_id):
         tokens.append(llm.bos_token_id)
     for piece in pieces:
-        tokens.extend([piece] if isinstance(piece, int) else llm.tokenize(piece, add_bos_token=False))
+        if isinstance(piece, int):
+            tokens.append(piece)
+        else:
+            for text in bounded_runs(piece):
+                tokens.extend(llm.tokenize(text, add_bos_token=False))
     return tokens
+
+
+def bounded_runs(text: str) -> list[str]:
+    """``text`` cut so that no piece holds a run of more than :data:`MAX_RUN`
+    characters without whitespace."""
+    pieces: list[str] = []
+    position = 0
+    for match in _LONG_RUN.finditer(text):
+        for cut in range(match.start() + MAX_RUN, match.end(), MAX_RUN):
+            pieces.append(text[position:cut])
+            position = cut
+    pieces.append(text[position:])
+    return [p for p in pieces if p]
 
 
 def run(llm: Any, job: Job, emit: Callable[[str, int], None], cancel: threading.Event) -> Outcome:

@@ -98,3 +98,14 @@ class Guard:
     def _hide(self, match: re.Match[str]) -> str:
         self._literals.append(match.group())
         return f"{OPEN}{len(self._literals) - 1}{CLOSE}"
+
+
+def fewest_tokens(segments: Iterable[Segment], longest_token_bytes: int) -> int:
+    """A lower bound on the prompt's tokens, without tokenising: no token spells
+    more than ``longest_token_bytes`` bytes (nor does a special token), so it takes
+    at least bytes / longest tokens. Holds for every vocabulary that spells each
+    token's bytes (byte-level BPE, SentencePiece with byte fallback) and a tokenizer
+    that removes nothing; 0 when the longest token is unknown."""
+    if longest_token_bytes <= 0:
+        return 0
+    return -(-prompt_bytes(segments) // longest_token_bytes)

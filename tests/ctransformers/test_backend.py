@@ -253,3 +253,15 @@ async def test_a_templated_completion_is_the_chat_it_means(backend: CTransformer
 
 async def test_no_fill_in_the_middle_without_the_tokens(backend: CTransformersBackend) -> None:
     assert not backend.capabilities("m").insert  # SmolLM2's vocabulary has no FIM tokens
+
+
+async def test_pathological_prompts_are_refused_not_crashing(backend: CTransformersBackend) -> None:
+    """The bundled llama.cpp segfaults (taking the server with it) on one run of ~32,000
+    characters without whitespace; 512 KiB cannot fit 1024 tokens at all."""
+    began = time.perf_counter()
+    with pytest.raises(ContextTooLong, match="at least .* tokens"):
+        await collect(backend.chat(ask("a" * 512 * 1024, num_predict=2)))
+    assert time.perf_counter() - began < 2
+    with pytest.raises(ContextTooLong, match="the prompt is .* tokens"):
+        await collect(backend.chat(ask("qwertzuiopasdfghjklyxcvbnm" * 1600, num_predict=2)))
+    assert "Paris" in text_of(await collect(backend.chat(capital(num_predict=24, **EXACT))))
