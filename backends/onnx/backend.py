@@ -1,9 +1,10 @@
 """``OnnxBackend``: a local model served by ONNX Runtime GenAI in a worker process.
 
 The server's event loop never runs inference: the worker (:mod:`backends.onnx.worker`)
-does, interleaving every active request a token at a time. This side renders the
-prompt, bounds the queue, turns worker reports into canonical events and unloads the
-model when its keep-alive runs out.
+does, interleaving every active request a token at a time. This side plans the request
+(:mod:`backends.onnx.planning`), bounds the queue, turns worker reports into canonical
+events, credits the worker with what its consumer has taken, and unloads the model as
+:mod:`backends.residency` says.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import datetime as dt
 import itertools
 import logging
 import time
@@ -36,7 +36,6 @@ from adapters.canonical import (
 from adapters.errors import BackendError, ContextTooLong, RequestError, UnsupportedFeature
 from backends.admission import Admission
 from backends.base import Capabilities, LoadedModel, ModelDetails
-from backends.onnx import lifecycle
 from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.embedding_files import has_hidden_states, read_facts
 from backends.onnx.embedding_service import OnnxEmbedder
@@ -44,9 +43,23 @@ from backends.onnx.model_files import ModelFiles
 from backends.text.output_parsers import LogprobsPairing, OutputParser
 from backends.onnx.prepare import is_prepared, missing_build_tools
 from backends.onnx.prompts import chat_start, completion_start
-from backends.onnx.protocol import Cancel, Done, Failed, Refused, Report, Start, Started, Tokens, WorkerConfig
+from backends.onnx.protocol import (
+    RUN_AHEAD,
+    Cancel,
+    Credit,
+    Done,
+    Failed,
+    FrameTooLarge,
+    Refused,
+    Report,
+    Start,
+    Started,
+    Tokens,
+    WorkerConfig,
+)
 from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
 from backends.onnx.settings import CancelRecord, OnnxSettings
+from backends.residency import Residency
 from backends.text.chat_template import supports_thinking
 
 log = logging.getLogger("dragoman.onnx")
@@ -62,11 +75,9 @@ class OnnxBackend:
         self.admission = Admission(self.settings.max_concurrent, self.settings.max_queue)
         self.cancellations: collections.OrderedDict[int, CancelRecord] = collections.OrderedDict()
         self.counters: collections.Counter[str] = collections.Counter()
-        self.expires_at: dt.datetime | None = None
+        self.residency = Residency(self.name, route.keep_alive, self._stop_worker)
         self._worker: WorkerClient | None = None
         self._load_lock = asyncio.Lock()
-        self._expiry: asyncio.TimerHandle | None = None
-        self._unloading: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self.files = ModelFiles(self.name, self.settings, route.config.context_length)
         self._embedder: OnnxEmbedder | None = None  # for models whose graph outputs hidden_states
@@ -138,7 +149,7 @@ class OnnxBackend:
                 name=self.name,
                 size=size,
                 size_vram=size if on_device else 0,
-                expires_at=self.expires_at,
+                expires_at=self.residency.expires_at,
                 context_length=self.files.configured_context(),
                 details=self.details(self.name),
             )
@@ -161,23 +172,28 @@ class OnnxBackend:
     # -- lifetime ----------------------------------------------------------------------
 
     async def load(self, model: str, keep_alive: float | None) -> None:
+        self.residency.check_open()
         await self._ensure_worker()
-        if self.admission.idle:
-            self._schedule_expiry(lifecycle.keep_alive_for(keep_alive, self.route.keep_alive))
+        self.residency.loaded(keep_alive)
 
     async def unload(self, model: str | None = None) -> None:
-        self._cancel_expiry()
+        """Once the requests in flight are done (new ones are refused meanwhile)."""
         if self._embedder is not None:
             await self._embedder.unload()
+        await self.residency.unload()
+
+    async def aclose(self) -> None:
+        self.residency.forget()
+        if self._embedder is not None:
+            await self._embedder.close()
+        await self._stop_worker()
+
+    async def _stop_worker(self) -> None:
         async with self._load_lock:
             worker, self._worker = self._worker, None
             if worker is not None:
                 await worker.stop()
                 log.info("unloaded model '%s'", self.name)
-        self.expires_at = None
-
-    async def aclose(self) -> None:
-        await self.unload()
 
     @property
     def worker_pid(self) -> int | None:
@@ -193,29 +209,27 @@ class OnnxBackend:
 
     async def _run(self, request: Request) -> AsyncIterator[Event]:
         began = time.perf_counter_ns()
-        async with self.admission.slot(self.name):
-            self._cancel_expiry()
-            try:
-                load_ns = await self._ensure_worker()
-                # Closed explicitly: a client leaving must cancel the generation now,
-                # not whenever the garbage collector finalizes the inner generator.
-                async with contextlib.aclosing(self._generate(request, began, load_ns)) as events:
-                    async for event in events:
-                        yield event
-            finally:
-                if self.admission.active == 1 and self.admission.waiting == 0:
-                    self._schedule_expiry(lifecycle.keep_alive_for(request.keep_alive, self.route.keep_alive))
+        async with self.residency.request(request.keep_alive), self.admission.slot(self.name):
+            load_ns = await self._ensure_worker()
+            # Closed explicitly: a client leaving must cancel the generation now,
+            # not whenever the garbage collector finalizes the inner generator.
+            async with contextlib.aclosing(self._generate(request, began, load_ns)) as events:
+                async for event in events:
+                    yield event
 
     async def _generate(self, request: Request, began: int, load_ns: int) -> AsyncIterator[Event]:
         worker = self._worker
         assert worker is not None and worker.ready is not None
         start, parser = self._plan(request, next(self._ids), worker.ready.context_length)
+        try:
+            worker.send(start)
+        except FrameTooLarge as exc:
+            raise RequestError(f"the request is too large for the model worker: {exc}", status=413) from None
         reports: asyncio.Queue[Report | WorkerGone] = worker.listen(start.request_id)
-        tokens_seen = 0
+        consumed = credited = 0  # tokens the consumer has taken; the last credit sent
         finished = False
         logprobs = LogprobsPairing()
         try:
-            worker.send(start)
             first = await reports.get()
             if not isinstance(first, Started):
                 finished = True  # refused or failed: nothing runs that needs cancelling
@@ -225,7 +239,10 @@ class OnnxBackend:
             while True:
                 report = await reports.get()
                 if isinstance(report, Tokens):
-                    tokens_seen += len(report.token_ids)
+                    consumed += len(report.token_ids)
+                    if consumed - credited >= RUN_AHEAD // 4:
+                        worker.send(Credit(start.request_id, consumed))
+                        credited = consumed
                     for event in logprobs.pair(parser.feed(report.text), report.logprobs if request.logprobs else None):
                         yield event
                 elif isinstance(report, Done):
@@ -242,9 +259,8 @@ class OnnxBackend:
                     return
         finally:
             worker.forget(start.request_id)
-            pending = None if finished else _drain_tokens(reports)
-            if pending is not None:
-                self._cancel(worker, start.request_id, tokens_seen + pending)
+            if not finished and _still_running(reports):
+                self._cancel(worker, start.request_id, consumed)
 
     def _plan(self, request: Request, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
         if isinstance(request, ChatRequest):
@@ -258,7 +274,9 @@ class OnnxBackend:
             forced = isinstance(request, ChatRequest) and request.tool_choice.mode in ("required", "function")
             param = "tool_choice" if forced else "response_format"
             raise RequestError(first.message, param=param)
-        if isinstance(first, (Failed, WorkerGone)):
+        if isinstance(first, Failed):
+            raise BackendError(first.message, status=first.status if first.status != 500 else None)
+        if isinstance(first, WorkerGone):
             raise BackendError(first.message)
         raise BackendError(f"the model worker answered {type(first).__name__} to a new request")
 
@@ -275,11 +293,11 @@ class OnnxBackend:
             ),
         )
 
-    def _cancel(self, worker: WorkerClient, request_id: int, tokens_received: int) -> None:
-        """``tokens_received``: what the worker had reported when the client left."""
+    def _cancel(self, worker: WorkerClient, request_id: int, consumed: int) -> None:
+        """``consumed``: the tokens the client had taken when it left."""
         worker.send(Cancel(request_id))
         self.counters["cancelled"] += 1
-        self.cancellations[request_id] = CancelRecord(request_id, tokens_at_cancel=tokens_received)
+        self.cancellations[request_id] = CancelRecord(request_id, tokens_consumed=consumed)
         while len(self.cancellations) > 100:
             self.cancellations.popitem(last=False)
 
@@ -290,8 +308,6 @@ class OnnxBackend:
         if isinstance(report, Tokens):
             if record.confirmed.is_set():
                 record.tokens_after_confirm += len(report.token_ids)
-            else:
-                record.late_tokens += len(report.token_ids)
         elif isinstance(report, (Done, Failed)) and not record.confirmed.is_set():
             record.worker_tokens = report.completion_tokens if isinstance(report, Done) else None
             record.confirmed.set()
@@ -310,8 +326,12 @@ class OnnxBackend:
                 providers=list(self.files.candidates()),
                 provider_options=dict(self.settings.provider_options),
                 threads=self.settings.threads,
+                grammar_timeout=self.settings.grammar_timeout,
+                grammar_memory=self.settings.grammar_memory,
             )
-            worker = WorkerClient(config, name=self.name, on_orphan=self._on_orphan)
+            worker = WorkerClient(
+                config, name=self.name, on_orphan=self._on_orphan, stall_timeout=self.settings.stall_timeout
+            )
             ready = await worker.start()
             self._worker = worker
             self.files.forget()
@@ -324,51 +344,18 @@ class OnnxBackend:
             )
             return time.perf_counter_ns() - began
 
-    # -- keep-alive --------------------------------------------------------------------
-
-    def _schedule_expiry(self, keep_alive: float) -> None:
-        self._cancel_expiry()
-        self.expires_at = lifecycle.expiry_time(keep_alive, dt.datetime.now(dt.UTC))
-        if keep_alive < 0 or self._worker is None:
-            return
-        loop = asyncio.get_running_loop()
-        if keep_alive == 0:
-            self._unload_soon()
-        else:
-            self._expiry = loop.call_later(keep_alive, self._unload_soon)
-
-    def _cancel_expiry(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-
-    def _unload_soon(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._unload_if_idle())
-        self._unloading.add(task)
-        task.add_done_callback(self._unloading.discard)
-
-    async def _unload_if_idle(self) -> None:
-        await asyncio.sleep(0)  # let the finishing request leave its slot
-        if self.admission.idle:
-            await self.unload()
-
-
-def _drain_tokens(reports: asyncio.Queue[Report | WorkerGone]) -> int | None:
-    """Tokens reported but not yet consumed; None when the reports already hold the
-    request's end (it finished or failed on its own)."""
-    count = 0
+def _still_running(reports: asyncio.Queue[Report | WorkerGone]) -> bool:
+    """False when the reports not consumed already hold the request's end (it
+    finished or failed on its own): then there is nothing to cancel."""
     while not reports.empty():
-        report = reports.get_nowait()
-        if isinstance(report, Tokens):
-            count += len(report.token_ids)
-        elif not isinstance(report, Started):
-            return None
-    return count
+        if not isinstance(reports.get_nowait(), (Tokens, Started)):
+            return False
+    return True
 
 
 def _error_event(report: Report | WorkerGone) -> ErrorEvent:
     if isinstance(report, WorkerGone):
         return ErrorEvent(report.message, status=502)
     if isinstance(report, Failed):
-        return ErrorEvent(report.message, status=500)
+        return ErrorEvent(report.message, status=report.status)
     return ErrorEvent(f"unexpected report from the model worker: {type(report).__name__}", status=502)

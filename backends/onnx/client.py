@@ -3,6 +3,12 @@
 Reports are routed by ``request_id`` to per-request queues. Reports for a request no
 longer listened to (it was cancelled) go to ``on_orphan``, which is how cancellations
 are confirmed. If the worker dies, every listener receives :class:`WorkerGone`.
+
+While requests are active the worker is pinged every second; a worker that answers
+nothing for ``stall_timeout`` seconds (stopped, or stuck in a library call) is killed,
+and its requests end with an error that says so; the next request starts a new one.
+What the worker wrote to stderr goes to the server's log, never into an error a client
+sees.
 """
 
 from __future__ import annotations
@@ -10,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +31,8 @@ from backends.onnx.protocol import (
     HEADER,
     Command,
     LoadFailed,
+    Ping,
+    Pong,
     Ready,
     Report,
     Shutdown,
@@ -35,6 +45,7 @@ from backends.onnx.protocol import (
 log = logging.getLogger("dragoman.onnx")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STDERR_TAIL = 20
+PING_INTERVAL = 1.0
 
 
 class WorkerGone(msgspec.Struct, frozen=True):
@@ -44,11 +55,18 @@ class WorkerGone(msgspec.Struct, frozen=True):
 
 
 class WorkerClient:
-    def __init__(self, config: WorkerConfig, *, name: str, on_orphan: Callable[[Report], None] | None = None) -> None:
+    def __init__(
+        self, config: WorkerConfig, *, name: str, on_orphan: Callable[[Report], None] | None = None,
+        stall_timeout: float = 30.0,
+    ) -> None:  # fmt: skip
         self.config = config
         self.name = name
         self.on_orphan = on_orphan
+        self.stall_timeout = stall_timeout
         self.ready: Ready | None = None
+        self.last_heard = time.monotonic()
+        self._pings = itertools.count(1)
+        self._failure: str | None = None  # why it was stopped, when it was the watchdog
         self._process: asyncio.subprocess.Process | None = None
         self._listeners: dict[int, asyncio.Queue[Report | WorkerGone]] = {}
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
@@ -77,7 +95,8 @@ class WorkerClient:
             first = await asyncio.wait_for(self._read_report(), timeout)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             await self._reap()
-            raise BackendError(f"the model worker for '{self.name}' exited while loading: {self._exit_text()}") from exc
+            log.error("the model worker for '%s' exited while loading; its last output: %s", self.name, self._stderr_tail())
+            raise BackendError(f"the model worker for '{self.name}' exited while loading ({self._exit_text()})") from exc
         except TimeoutError as exc:
             await self.stop()
             raise BackendError(f"the model worker for '{self.name}' did not load within {timeout:.0f}s") from exc
@@ -89,6 +108,7 @@ class WorkerClient:
             raise BackendError(f"the model worker for '{self.name}' sent {type(first).__name__} before Ready")
         self.ready = first
         self._tasks.append(asyncio.create_task(self._route_reports(), name=f"onnx-reports-{self.name}"))
+        self._tasks.append(asyncio.create_task(self._watch(), name=f"onnx-watchdog-{self.name}"))
         return first
 
     def listen(self, request_id: int) -> asyncio.Queue[Report | WorkerGone]:
@@ -103,15 +123,22 @@ class WorkerClient:
 
     def send(self, command: Command) -> None:
         """Queue a command for the worker. Synchronous, so it works in ``finally``
-        blocks of cancelled generators; the pipe's buffer absorbs the small frames."""
+        blocks of cancelled generators; the pipe's buffer absorbs the small frames.
+        Raises :class:`~backends.onnx.protocol.FrameTooLarge` before writing anything
+        when the command cannot be one frame: that request is refused, the worker
+        never sees a broken frame."""
+        frame = encode_frame(command)
         if self.alive:
-            self._write(command)
+            self._write_frame(frame)
 
     def _write(self, command: Command) -> None:
+        self._write_frame(encode_frame(command))
+
+    def _write_frame(self, frame: bytes) -> None:
         if self._process is None or self._process.stdin is None:
             return
         with contextlib.suppress(ConnectionError, RuntimeError):
-            self._process.stdin.write(encode_frame(command))
+            self._process.stdin.write(frame)
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Ask the worker to exit; terminate, then kill, if it does not."""
@@ -145,6 +172,9 @@ class WorkerClient:
         try:
             while True:
                 report = await self._read_report()
+                self.last_heard = time.monotonic()
+                if isinstance(report, Pong):
+                    continue
                 listener = self._listeners.get(report.request_id)  # type: ignore[union-attr]
                 if listener is not None:
                     listener.put_nowait(report)
@@ -162,9 +192,27 @@ class WorkerClient:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._tasks[0]), 1.0)
         if not self._closing:
-            message = f"the model worker for '{self.name}' died: {self._exit_text()}"
-            log.error("%s", message)
+            message = self._failure or f"the model worker for '{self.name}' died ({self._exit_text()})"
+            log.error("%s; its last output: %s", message, self._stderr_tail() or "(none)")
             self._notify_gone(message)
+
+    async def _watch(self) -> None:
+        """Ping while requests are active; kill a worker silent for ``stall_timeout``."""
+        while self.alive:
+            await asyncio.sleep(min(PING_INTERVAL, self.stall_timeout / 2))
+            now = time.monotonic()
+            if not self._listeners:
+                self.last_heard = now  # idle time is not silence
+                continue
+            silent = now - self.last_heard
+            if silent > self.stall_timeout and self._process is not None and self._process.returncode is None:
+                self._failure = (
+                    f"the model worker for '{self.name}' stopped responding (nothing for {silent:.0f} s while "
+                    f"requests were running); it was stopped, and the next request starts a new one"
+                )
+                self._process.kill()
+                return
+            self._write(Ping(next(self._pings)))
 
     async def _log_stderr(self) -> None:
         stderr = self._process.stderr  # type: ignore[union-attr]
@@ -179,12 +227,15 @@ class WorkerClient:
         self._listeners.clear()
 
     def _exit_text(self) -> str:
+        """How the process ended, for clients: never its output (that is logged)."""
         code = self._process.returncode if self._process else None
         if code is None:
             return "still running"
         status = f"exit status {code}" if code >= 0 else f"killed by signal {-code}"
-        tail = " | ".join(line for line in self._stderr if line)[-1500:]
-        return f"{status}; last output: {tail}" if tail else status
+        return f"{status}; its last output is in the server log"
+
+    def _stderr_tail(self) -> str:
+        return " | ".join(line for line in self._stderr if line)[-1500:]
 
     async def _reap(self) -> None:
         if self._process is not None and self._process.returncode is None:

@@ -83,4 +83,4 @@ class OnnxEmbeddingBackend:
         return False, f"{folder} holds no model.onnx" + (f"; run: dragoman models prepare {model}" if model else "")
 
     async def aclose(self) -> None:
-        await self.embedder.unload()
+        await self.embedder.close()

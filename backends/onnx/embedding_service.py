@@ -8,7 +8,6 @@ decoder export used only for vectors) and chat entries whose ONNX graph also out
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 import logging
 import time
@@ -20,10 +19,10 @@ from adapters.canonical import EmbedRequest, EmbedResult, Timings
 from adapters.embeddings import shape_vectors
 from adapters.errors import BackendError
 from backends.base import LoadedModel, ModelDetails
-from backends.onnx import lifecycle
 from backends.onnx.embedding_batches import BatchQueue
 from backends.onnx.embedding_files import EmbeddingFacts, read_facts
 from backends.onnx.settings import OnnxSettings
+from backends.residency import Residency
 
 log = logging.getLogger("dragoman.onnx.embed")
 
@@ -37,14 +36,12 @@ class OnnxEmbedder:
         self.folder = folder
         self.keep_alive = keep_alive
         self.context = context
-        self.expires_at: dt.datetime | None = None
+        self.residency = Residency(name, keep_alive, self._drop)
         self._runner: Any = None
         self._queue: BatchQueue | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._facts: EmbeddingFacts | None = None
         self._lock = asyncio.Lock()
-        self._expiry: asyncio.TimerHandle | None = None
-        self._active = 0
 
     # -- facts ------------------------------------------------------------------------------
 
@@ -84,7 +81,7 @@ class OnnxEmbedder:
                 name=self.name,
                 size=details.size,
                 size_vram=details.size if on_device else 0,
-                expires_at=self.expires_at,
+                expires_at=self.residency.expires_at,
                 context_length=details.context_length,
                 details=details,
             )
@@ -93,6 +90,13 @@ class OnnxEmbedder:
     # -- lifetime ---------------------------------------------------------------------------
 
     async def load(self, keep_alive: float | None = None) -> int:
+        """An explicit load: the model then stays ``keep_alive`` (as residency says)."""
+        self.residency.check_open()
+        took = await self._load()
+        self.residency.loaded(keep_alive)
+        return took
+
+    async def _load(self) -> int:
         """Load unless loaded; the nanoseconds it took."""
         async with self._lock:
             if self._runner is not None:
@@ -114,8 +118,6 @@ class OnnxEmbedder:
             self._queue = BatchQueue(runner.run, self._executor, batch_size=s.batch_size, batch_tokens=runner.batch_tokens)
             self._runner = runner
             log.info("loaded embedding model '%s' on %s in %.2fs", self.name, runner.provider, (time.perf_counter_ns() - began) / 1e9)
-        if self._active == 0:
-            self._schedule_expiry(lifecycle.keep_alive_for(keep_alive, self.keep_alive))
         return time.perf_counter_ns() - began
 
     async def _ensure_built(self) -> None:
@@ -134,7 +136,14 @@ class OnnxEmbedder:
             raise BackendError(f"model '{self.name}': {exc}") from exc
 
     async def unload(self) -> None:
-        self._cancel_expiry()
+        """Once the requests in flight are done (new ones are refused meanwhile)."""
+        await self.residency.unload()
+
+    async def close(self) -> None:
+        self.residency.forget()
+        await self._drop()
+
+    async def _drop(self) -> None:
         async with self._lock:
             runner, self._runner = self._runner, None
             executor, self._executor = self._executor, None
@@ -143,33 +152,13 @@ class OnnxEmbedder:
                 executor.shutdown(wait=False, cancel_futures=True)
             if runner is not None:
                 log.info("unloaded embedding model '%s'", self.name)
-        self.expires_at = None
-
-    def _schedule_expiry(self, keep_alive: float) -> None:
-        self._cancel_expiry()
-        self.expires_at = lifecycle.expiry_time(keep_alive, dt.datetime.now(dt.UTC))
-        if keep_alive < 0 or self._runner is None:
-            return
-        self._expiry = asyncio.get_running_loop().call_later(max(keep_alive, 0), self._unload_soon)
-
-    def _cancel_expiry(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-
-    def _unload_soon(self) -> None:
-        if self._active == 0:
-            task = asyncio.ensure_future(self.unload())
-            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     # -- work -------------------------------------------------------------------------------
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         began = time.perf_counter_ns()
-        self._active += 1
-        self._cancel_expiry()
-        try:
-            load_ns = await self.load()
+        async with self.residency.request(request.keep_alive):
+            load_ns = await self._load()
             runner, queue = self._runner, self._queue
             if runner is None or queue is None:
                 raise BackendError(f"model '{self.name}' was unloaded while the request waited")
@@ -185,10 +174,6 @@ class OnnxEmbedder:
             vectors = await queue.submit(rows)
             if runner.facts.normalizes:  # the model's own pipeline ends in Normalize
                 vectors = shape_vectors(vectors, dimensions=None, normalize=True)
-        finally:
-            self._active -= 1
-            if self._active == 0:
-                self._schedule_expiry(lifecycle.keep_alive_for(request.keep_alive, self.keep_alive))
         now = time.perf_counter_ns()
         timings = Timings(total_ns=now - began, load_ns=load_ns, prompt_eval_ns=now - eval_began)
         return EmbedResult(vectors=vectors, prompt_tokens=sum(len(r) for r in rows), timings=timings)

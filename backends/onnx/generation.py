@@ -1,7 +1,11 @@
 """One request's generation inside the worker: a Generator advanced a token at a time.
 
 Runs in the worker process only (it drives ``onnxruntime_genai`` objects it is given;
-it never imports the library itself, so it stays importable for tests).
+it never imports the library itself, so it stays importable for tests). The prompt is
+evaluated in chunks the worker sizes (:meth:`Generation.prefill`), so a long prompt
+shares the step loop with the other requests instead of stopping it; each token is
+reported, and a generation more than :data:`RUN_AHEAD` tokens ahead of its consumer
+waits (:attr:`Generation.runnable`).
 """
 
 from __future__ import annotations
@@ -12,15 +16,21 @@ from typing import Any
 import numpy as np
 
 from adapters.canonical import TokenLogprob, TopLogprob
+from backends.onnx.guidance import Guide
 from backends.onnx.processors import LogitsProcessor, log_softmax
-from backends.onnx.protocol import Done, Search, Start, Tokens
+from backends.onnx.protocol import RUN_AHEAD, Done, Search, Start, Tokens
 from backends.onnx.sampling import processing_active
 from backends.text.stops import StopMatcher
 
 
+class GuideFailed(Exception):
+    """The request's grammar could not go on (a parser limit reached mid-reply)."""
+
+
 class Generation:
-    """Created with the prompt already tokenized; :meth:`prefill` then :meth:`step`
-    until it returns a :class:`Done`."""
+    """Created with the prompt already tokenized (and its grammar compiled);
+    :meth:`prefill` until :attr:`prefilled`, then :meth:`step` until it returns a
+    :class:`Done`."""
 
     def __init__(
         self,
@@ -32,6 +42,7 @@ class Generation:
         max_length: int,
         eos_ids: frozenset[int],
         token_bytes: dict[int, bytes] | None,
+        guide: Guide | None = None,
     ) -> None:
         self.start = start
         self.prompt_ids = prompt_ids
@@ -42,42 +53,60 @@ class Generation:
         params = og.GeneratorParams(model)
         options = search_options(start.search)
         params.set_search_options(max_length=max_length, **options)
-        if start.guidance is not None:
-            params.set_guidance(start.guidance.kind, start.guidance.data)
-        # Creating the generator compiles the grammar: a bad schema raises here.
         self.generator = og.Generator(model, params)
+        self.guide = guide
         self.stream = tokenizer.create_stream()
         self.stops = StopMatcher(start.stop)
         self.processor = LogitsProcessor(start.processing) if processing_active(start.processing) else None
         self.completion_tokens = 0
         self.prompt_eval_ns = 0
         self.eval_ns = 0
+        self.evaluated = 0  # prompt tokens appended so far
+        self.consumed = 0  # tokens the consumer has taken (Credit)
 
     @property
     def request_id(self) -> int:
         return self.start.request_id
 
-    def prefill(self) -> None:
-        began = time.perf_counter_ns()
-        self.generator.append_tokens(self.prompt_ids)
-        self.prompt_eval_ns = time.perf_counter_ns() - began
+    @property
+    def prefilled(self) -> bool:
+        return self.evaluated >= len(self.prompt_ids)
 
-    def step(self) -> tuple[Tokens | None, Done | None]:
-        """Advance one token → (its report or None when all held back, Done or None)."""
+    @property
+    def runnable(self) -> bool:
+        """Not too far ahead of its consumer (prefilling always may go on)."""
+        return not self.prefilled or self.completion_tokens - self.consumed < RUN_AHEAD
+
+    def prefill(self, tokens: int) -> int:
+        """Evaluates up to ``tokens`` more prompt tokens; how many it did."""
+        chunk = self.prompt_ids[self.evaluated : self.evaluated + max(1, tokens)]
+        began = time.perf_counter_ns()
+        self.generator.append_tokens(chunk)
+        self.prompt_eval_ns += time.perf_counter_ns() - began
+        self.evaluated += len(chunk)
+        return len(chunk)
+
+    def step(self) -> tuple[Tokens, Done | None]:
+        """Advance one token → (its report, Done or None)."""
         began = time.perf_counter_ns()
         logprobs_row = self._prepare_logits()
         self.generator.generate_next_token()
         token = int(self.generator.get_next_tokens()[0])
         self.completion_tokens += 1
         is_eos = token in self.eos_ids
+        if self.guide is not None and not is_eos:
+            self.guide.consume(token)
+            if self.guide.error:
+                raise GuideFailed(f"the output constraint could not go on: {self.guide.error}")
         delta = "" if is_eos else self.stream.decode(token)
         text = self.stops.feed(delta)
         logprobs = None
         if logprobs_row is not None and not is_eos:
             logprobs = [self._token_logprob(token, logprobs_row)]
         self.eval_ns += time.perf_counter_ns() - began
-        tokens = Tokens(self.request_id, [token], text, logprobs) if (text or logprobs) else None
-        if self.stops.stopped or is_eos:
+        # Every token is reported, text or not: the consumer's credit counts them.
+        tokens = Tokens(self.request_id, [token], text, logprobs)
+        if self.stops.stopped or is_eos or (self.guide is not None and self.guide.finished):
             return tokens, self.done("stop")
         if self.generator.is_done():
             return tokens, self.done("length")
@@ -96,16 +125,20 @@ class Generation:
         )
 
     def _prepare_logits(self) -> np.ndarray | None:
-        """Runs the processors; returns the log-softmax row when logprobs are asked."""
-        if self.processor is None and not self.start.logprobs:
+        """Masks and processes the logits; returns the log-softmax row (of the
+        model's own logits) when logprobs are asked."""
+        if self.processor is None and self.guide is None and not self.start.logprobs:
             return None
         logits = self.generator.get_logits()
-        row = np.asarray(logits, dtype=np.float32).reshape(-1)
+        row = np.array(logits, dtype=np.float32).reshape(-1)
         row_logprobs = log_softmax(row) if self.start.logprobs else None
+        if self.guide is None and self.processor is None:
+            return row_logprobs
+        if self.guide is not None:
+            self.guide.mask(row)
         if self.processor is not None:
-            sequence = self.generator.get_sequence(0)
-            processed, _ = self.processor.process(row, sequence)
-            self.generator.set_logits(processed.reshape(np.shape(logits)).astype(np.float32))
+            row, _ = self.processor.process(row, self.generator.get_sequence(0))
+        self.generator.set_logits(np.ascontiguousarray(row, dtype=np.float32).reshape(np.shape(logits)))
         return row_logprobs
 
     def _token_logprob(self, token: int, row: np.ndarray) -> TokenLogprob:

@@ -26,7 +26,8 @@ def guidance_for(request: ChatRequest, *, tools_active: bool) -> Guidance | None
     if tools_active and request.tool_choice.mode in ("required", "function"):
         return Guidance("lark_grammar", tool_call_grammar(forced_tools(request)))
     if request.response_format.type != "text":
-        return Guidance("json_schema", json.dumps(response_schema(request.response_format)))
+        # ensure_ascii would triple a non-ASCII schema (a 24 MB one made a 72 MB frame).
+        return Guidance("json_schema", json.dumps(response_schema(request.response_format), ensure_ascii=False))
     return None
 
 

@@ -31,7 +31,7 @@ log = logging.getLogger("dragoman.onnx.worker")
 
 class PromptTokenizer:
     def __init__(self, model_dir: Path, library_tokenizer: Any) -> None:
-        self._library = library_tokenizer
+        self.library = library_tokenizer
         self._special: Any = None
         self._plain: Any = None
         self._added: list[str] = []
@@ -71,7 +71,7 @@ class PromptTokenizer:
         parts: list[np.ndarray] = []
         for segment in segments:
             texts = [segment.text] if segment.special else self._broken(segment.text)
-            parts.extend(np.asarray(self._library.encode(t), dtype=np.int32) for t in texts if t)
+            parts.extend(np.asarray(self.library.encode(t), dtype=np.int32) for t in texts if t)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
     def _broken(self, text: str) -> list[str]:

@@ -1,12 +1,15 @@
 """What a request asks of the worker: the prompt and its budget, sampling, constraint,
 and the parser its output goes through. Rendered here, on the server side of the
 backend, never in the worker's step loop: a chat through the model's template, a raw
-completion as it is (special tokens special, api-mapping §7).
+completion as it is (special tokens special, api-mapping §7). A prompt too long for
+the context even at the vocabulary's longest token is refused here, before the worker
+tokenises anything (so a megabyte of text is never tokenised to find out).
 """
 
 from __future__ import annotations
 
 from adapters.canonical import ChatRequest, CompletionRequest, RequestBase
+from adapters.errors import ContextTooLong
 from backends.onnx.grammar import guidance_for
 from backends.onnx.model_files import ModelFiles
 from backends.onnx.protocol import Guidance, Start
@@ -14,7 +17,7 @@ from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import OnnxSettings
 from backends.text.chat_template import render_chat_segments, supports_thinking
 from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, OutputParser
-from backends.text.segments import Segment, prompt_text
+from backends.text.segments import Segment, fewest_tokens, prompt_bytes, prompt_text
 
 
 def chat_start(
@@ -72,11 +75,21 @@ def _start(
     special_tokens: bool,
 ) -> Start:
     options = request.options
+    context = files.context_length(options.num_ctx, model_context)
+    longest = files.tokenizer().longest_token_bytes
+    at_least = fewest_tokens(prompt, longest)
+    if at_least >= context:
+        raise ContextTooLong(
+            f"the prompt is {prompt_bytes(prompt)} bytes, so at least {at_least} tokens (no token of this model "
+            f"spells more than {longest} bytes), which cannot fit the context length of {context} tokens; "
+            "shorten it",
+            param="messages" if isinstance(request, ChatRequest) else "prompt",
+        )
     search, processing = plan_sampling(options, vocab_size=files.facts().vocab_size)
     return Start(
         request_id=request_id,
         prompt=prompt,
-        context_length=files.context_length(options.num_ctx, model_context),
+        context_length=context,
         max_new_tokens=max_new_tokens(options),
         search=search,
         processing=processing,

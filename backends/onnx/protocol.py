@@ -17,6 +17,13 @@ from backends.text.segments import Segment
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
+# Tokens a generation may run ahead of what its consumer has taken (see Credit): a
+# slow or stalled reader pauses its generation instead of filling pipes and queues.
+RUN_AHEAD = 32
+
+
+class FrameTooLarge(ValueError):
+    """A message that would not fit one frame; refused before it is sent."""
 
 
 class WorkerConfig(msgspec.Struct, frozen=True):
@@ -26,6 +33,8 @@ class WorkerConfig(msgspec.Struct, frozen=True):
     providers: list[str]  # candidates, tried in order
     provider_options: dict[str, str] = {}
     threads: int | None = None
+    grammar_timeout: float = 5.0  # seconds one grammar may take to compile
+    grammar_memory: int = 512 * 1024 * 1024  # bytes it may take (POSIX: enforced)
 
 
 # -- commands --------------------------------------------------------------------------
@@ -85,11 +94,25 @@ class Cancel(msgspec.Struct, tag="cancel", frozen=True):
     request_id: int
 
 
+class Credit(msgspec.Struct, tag="credit", frozen=True):
+    """The consumer has taken ``consumed`` tokens of the request in all: the worker
+    generates at most :data:`RUN_AHEAD` beyond that."""
+
+    request_id: int
+    consumed: int
+
+
+class Ping(msgspec.Struct, tag="ping", frozen=True):
+    """Answered with :class:`Pong` from the worker's step loop: proof that it runs."""
+
+    seq: int
+
+
 class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
     pass
 
 
-Command = Union[Start, Cancel, Shutdown]
+Command = Union[Start, Cancel, Credit, Ping, Shutdown]
 
 
 # -- reports ---------------------------------------------------------------------------
@@ -119,7 +142,7 @@ class Refused(msgspec.Struct, tag="refused", frozen=True):
     """The request cannot start; ``kind`` picks the error the parent raises."""
 
     request_id: int
-    kind: Literal["context", "invalid"]
+    kind: Literal["context", "invalid", "too_complex"]
     message: str
     prompt_tokens: int = 0
     context_length: int = 0
@@ -143,13 +166,20 @@ class Done(msgspec.Struct, tag="done", frozen=True):
 
 
 class Failed(msgspec.Struct, tag="failed", frozen=True):
-    """One request broke in the worker (the worker itself carries on)."""
+    """One request broke in the worker (the worker itself carries on); ``status`` is
+    the HTTP status it means (400: the request's own constraint failed)."""
 
     request_id: int
     message: str
+    status: int = 500
 
 
-Report = Union[Ready, LoadFailed, Started, Refused, Tokens, Done, Failed]
+class Pong(msgspec.Struct, tag="pong", frozen=True):
+    seq: int
+    request_id: int = -1  # never a request's: routed to nobody
+
+
+Report = Union[Ready, LoadFailed, Started, Refused, Tokens, Done, Failed, Pong]
 
 _command_decoder = msgspec.msgpack.Decoder(Command)
 _report_decoder = msgspec.msgpack.Decoder(Report)
@@ -157,7 +187,11 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 def encode_frame(message: Command | Report) -> bytes:
+    """The frame for ``message``; :class:`FrameTooLarge` past :data:`MAX_FRAME`, so
+    an oversized message is refused where it is made, never cut off the stream."""
     body = _encoder.encode(message)
+    if len(body) > MAX_FRAME:
+        raise FrameTooLarge(f"a {type(message).__name__} of {len(body)} bytes exceeds the {MAX_FRAME}-byte frame limit")
     return HEADER.pack(len(body)) + body
 
 

@@ -12,6 +12,7 @@ from backends.onnx.embedding_files import PoolingChoice
 from backends.onnx.providers import ProviderChoice
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 
 
 class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -37,16 +38,23 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pooling: PoolingChoice = "auto"  # auto: the model's 1_Pooling config, else last (decoder) / mean
     batch_size: PositiveInt = 32  # embedding rows per model run
     batch_tokens: PositiveInt = 4096  # padded tokens per model run
+    # A worker silent this long while requests run is killed (they end with an error)
+    # and replaced by the next request.
+    stall_timeout: PositiveSeconds = 30.0
+    # Bounds on compiling one request's grammar (structured output, forced tool calls);
+    # past either, the request is refused with 400. The memory bound is enforced on
+    # Linux (RLIMIT_AS of the compiling process); elsewhere the time bound holds.
+    grammar_timeout: PositiveSeconds = 5.0
+    grammar_memory: Annotated[int, msgspec.Meta(ge=64 * 1024 * 1024)] = 512 * 1024 * 1024
 
 
 class CancelRecord(msgspec.Struct):
-    """What happened to a request the client abandoned; the worker's confirmation
-    (``worker_tokens``) says how many tokens it generated in all, which is
-    ``tokens_at_cancel + late_tokens``."""
+    """What happened to a request the client abandoned. The worker's confirmation
+    (``worker_tokens``) says how many tokens it generated in all: never more than
+    ``tokens_consumed + RUN_AHEAD``, however slowly the client read."""
 
     request_id: int
-    tokens_at_cancel: int  # reported by the worker (consumed or queued) at the cancel
+    tokens_consumed: int  # taken by the client when it left
     worker_tokens: int | None = None
-    late_tokens: int = 0  # generated between the cancel being sent and obeyed
     tokens_after_confirm: int = 0  # must stay 0: nothing runs after the confirmation
     confirmed: asyncio.Event = msgspec.field(default_factory=asyncio.Event)

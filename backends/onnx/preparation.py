@@ -1,0 +1,108 @@
+"""Everything a request needs before its Generator, done off the step loop.
+
+The preparation thread tokenises the prompt (``tokenizers`` lets go of the GIL),
+checks that it fits the context, and compiles its grammar (bounded by
+:class:`~backends.onnx.grammar_check.GrammarCheck`, then built by llguidance, which
+lets go of the GIL too). Meanwhile the worker's step loop goes on with every other
+request. Results go onto the worker's command queue, where the loop picks them up
+between rounds; a request cancelled meanwhile is dropped there.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from backends.onnx.grammar_check import GrammarCheck, GrammarRejected
+from backends.onnx.guidance import Guide, grammar_of
+from backends.onnx.prompt_tokens import PromptTokenizer
+from backends.onnx.protocol import Refused, Start
+
+log = logging.getLogger("dragoman.onnx.worker")
+
+
+class Prepared(msgspec.Struct):
+    start: Start
+    prompt_ids: np.ndarray
+    context: int  # the context length this request may use
+    guide: Guide | None = None
+
+
+class NotPrepared(msgspec.Struct):
+    """The request cannot start: refused (a client's error) or failed."""
+
+    start: Start
+    refusal: Refused | None = None
+    failure: str | None = None
+
+
+class Preparation:
+    def __init__(
+        self, model_dir: Path, eos_ids: list[int], results: queue.Queue[Any], *, context_length: int | None,
+        grammar_timeout: float, grammar_memory: int,
+    ) -> None:  # fmt: skip
+        self.model_dir = model_dir
+        self.results = results
+        self.context_length = context_length
+        self.tokenizer = PromptTokenizer(model_dir, None)
+        self._eos = eos_ids
+        self._checker = GrammarCheck(
+            model_dir / "tokenizer.json", eos_ids, timeout=grammar_timeout, memory=grammar_memory
+        )
+        self._grammar_tokenizer: Any = None
+        self._jobs: queue.Queue[Start | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="prepare")
+
+    def begin(self) -> None:
+        self._thread.start()
+
+    def submit(self, start: Start) -> None:
+        self._jobs.put(start)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._checker.close()
+
+    def _run(self) -> None:
+        while (start := self._jobs.get()) is not None:
+            try:
+                self.results.put(self._prepare(start))
+            except Exception as exc:  # one request's bug must not stop the thread
+                log.exception("request %s could not be prepared", start.request_id)
+                self.results.put(NotPrepared(start, failure=f"could not start: {type(exc).__name__}: {exc}"))
+
+    def _prepare(self, start: Start) -> Prepared | NotPrepared:
+        rid = start.request_id
+        prompt_ids = self.tokenizer.encode(start.prompt)
+        n = len(prompt_ids)
+        context = min(start.context_length, self.context_length) if self.context_length else start.context_length
+        if n >= context:
+            message = f"the prompt is {n} tokens, which does not fit the context length of {context} tokens"
+            return NotPrepared(start, Refused(rid, "context", message, prompt_tokens=n, context_length=context))
+        if start.guidance is None:
+            return Prepared(start, prompt_ids, context)
+        try:
+            grammar = grammar_of(start.guidance)
+            self._checker.check(grammar)
+            guide = Guide(self._tokenizer(), grammar)
+        except GrammarRejected as exc:
+            kind = "too_complex" if exc.too_complex else "invalid"
+            prefix = "" if exc.too_complex else "invalid constraint: "
+            return NotPrepared(start, Refused(rid, kind, f"{prefix}{exc}", prompt_tokens=n, context_length=context))
+        except ValueError as exc:  # a schema llguidance cannot even read
+            return NotPrepared(start, Refused(rid, "invalid", f"invalid constraint: {exc}", prompt_tokens=n))
+        return Prepared(start, prompt_ids, context, guide)
+
+    def _tokenizer(self) -> Any:
+        if self._grammar_tokenizer is None:
+            import llguidance
+
+            raw = (self.model_dir / "tokenizer.json").read_text(encoding="utf-8")
+            self._grammar_tokenizer = llguidance.LLTokenizer(raw, eos_token=self._eos or None)
+        return self._grammar_tokenizer
