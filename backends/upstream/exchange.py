@@ -251,7 +251,7 @@ class LineSplitter:
             self._pending = []
         # Only a chunk (with what was pending) longer than the limit can hold a line that is.
         if self._max_line is not None and longest_possible > self._max_line:
-            self._check(max(len(rest), *map(len, parts)))
+            self._check(max([len(rest), *map(len, parts)]))
         if rest:
             self._pending = [rest]
         self._pending_size = len(rest)

@@ -6,6 +6,8 @@ import datetime as dt
 from email.utils import format_datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, TokenLogprob, ToolCallFragment
 from backends.upstream.backend import coalesce_deltas
@@ -37,6 +39,10 @@ def test_line_splitter_refuses_a_line_past_its_limit_before_it_ends() -> None:
         splitter.lines(b"4567890")  # 11 bytes pending, no newline yet
     with pytest.raises(LineTooLong):
         LineSplitter(max_line=10).lines(b"a\n" + b"b" * 11 + b"\nc\n")  # a long line inside one chunk
+    with pytest.raises(LineTooLong):
+        LineSplitter(max_line=10).lines(b"x" * 11)  # one chunk, no newline at all
+    with pytest.raises(LineTooLong):
+        LineSplitter(max_line=10).lines(b"ok\n" + b"x" * 11)  # the unfinished rest of a chunk
     assert LineSplitter(max_line=10).lines(b"0123456789\n") == [b"0123456789"]
 
 
@@ -92,3 +98,16 @@ COALESCE = [
 @pytest.mark.parametrize(("name", "events", "forwarded"), COALESCE, ids=[c[0] for c in COALESCE])
 def test_coalesce_deltas(name: str, events: list[Event], forwarded: list[Event]) -> None:
     assert coalesce_deltas(events) == forwarded
+
+
+@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=12), st.data())
+def test_line_splitter_agrees_with_one_split_however_the_body_is_cut(lines: list[bytes], data: st.DataObject) -> None:
+    body = b"\n".join(lines)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=8)))
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+    splitter = LineSplitter(max_line=40)
+    got = [line for piece in pieces for line in splitter.lines(piece)] + splitter.tail()
+    want = body.split(b"\n")
+    if want and not want[-1].strip():
+        want.pop()  # the tail drops a blank last line
+    assert got == want
