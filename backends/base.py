@@ -44,6 +44,11 @@ class ModelDetails(msgspec.Struct, frozen=True):
     size: int = 0
     context_length: int | None = None
     template: str = ""
+    parameter_count: int | None = None  # /api/show's general.parameter_count
+    embedding_length: int | None = None  # the hidden size: /api/show's <arch>.embedding_length
+    # The model's fill-in-the-middle frame as a Go template with {{ .Suffix }}, for
+    # /api/show: Continue turns FIM on when the template mentions .Suffix.
+    insert_template: str = ""
 
 
 class LoadedModel(msgspec.Struct, frozen=True):

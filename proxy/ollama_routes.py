@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -14,6 +15,7 @@ from litestar.params import JSONBody
 from litestar.response import Stream
 
 from adapters import ollama
+from adapters.canonical import SamplingOptions
 from adapters.ollama.wire import TagDetails
 from adapters.errors import RequestError
 from backends.base import Backend, LoadedModel, ModelDetails
@@ -117,22 +119,45 @@ async def show(data: JSONBody[ShowRequest], models: NamedDependency[ModelTable])
         raise RequestError("model: field required", param="model")
     route, backend = models.lookup(name)
     details = backend.details(name)
-    defaults = msgspec.to_builtins(route.config.defaults)
-    info: dict[str, Any] = {"general.architecture": details.family, "general.basename": name}
-    if details.context_length:
-        info[f"{details.family or 'model'}.context_length"] = details.context_length
-    embedding_length = getattr(backend, "embedding_length", None)
-    if callable(embedding_length) and (length := embedding_length()):
-        info[f"{details.family or 'model'}.embedding_length"] = length
     return ShowResponse(
         modelfile=f"# served by dragoman through the '{route.config.backend}' backend\nFROM {name}\n",
-        parameters="\n".join(f"{key:<20} {_param(value)}" for key, value in defaults.items()),
-        template=details.template,
+        parameters=show_parameters(details.context_length, route.config.defaults),
+        template=details.insert_template + details.template,
         details=_tag_details(details),
-        model_info=info,
+        model_info=model_info(name, details, _embedding_length(backend)),
         capabilities=backend.capabilities(name).names(),
         modified_at=models.started,
     )
+
+
+def show_parameters(context_length: int | None, defaults: SamplingOptions) -> str:
+    """``parameters`` as Ollama prints them: ``num_ctx`` first (clients size their
+    prompts by it), one ``stop "…"`` line per stop string, then the other defaults;
+    keys padded to 30, values as Go's ``%#v`` (strings quoted)."""
+    lines = [] if context_length is None else [("num_ctx", context_length)]
+    lines += [("stop", stop) for stop in defaults.stop or ()]
+    lines += [(k, v) for k, v in msgspec.to_builtins(defaults).items() if k not in ("stop", "num_ctx" if lines else "")]
+    return "\n".join(f"{key:<30} {_go_value(value)}" for key, value in lines)
+
+
+def model_info(name: str, details: ModelDetails, embedding_length: int | None = None) -> dict[str, Any]:
+    """GGUF-style keys clients read: VS Code reads ``<arch>.context_length`` and
+    ``general.basename``, LlamaIndex the context length, others the parameter count.
+    ``embedding_length`` (an embedding model's vector size) wins over the details'."""
+    arch = details.family or "model"
+    info: dict[str, Any] = {"general.architecture": arch, "general.basename": name}
+    if details.parameter_count:
+        info["general.parameter_count"] = details.parameter_count
+    if details.context_length:
+        info[f"{arch}.context_length"] = details.context_length
+    if embedding_length or details.embedding_length:
+        info[f"{arch}.embedding_length"] = embedding_length or details.embedding_length
+    return info
+
+
+def _embedding_length(backend: Backend) -> int | None:
+    method = getattr(backend, "embedding_length", None)  # embedding backends have one
+    return method() if callable(method) else None
 
 
 @get("/api/ps", summary="List loaded models", tags=["Ollama"])
@@ -197,8 +222,12 @@ def _digest(name: str, route: ModelRoute) -> str:
     return hashlib.sha256(f"{route.config.backend}:{name}".encode()).hexdigest()
 
 
-def _param(value: Any) -> str:
-    return " ".join(f'"{v}"' for v in value) if isinstance(value, list) else str(value)
+def _go_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float):
+        return repr(value).removesuffix(".0")  # Go prints 1.0 as 1
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 ollama_router = Router(path="/", route_handlers=[chat, tags, show, ps, version, root, root_head])

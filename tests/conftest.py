@@ -11,6 +11,7 @@ import pytest
 from backends.onnx.prepare import default_model_path, prepare_smollm2
 from backends.registry import settings_type
 from config import load_config
+from tests.support.fim_model import build_fim_model
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 SCRIPTED_CONFIG = """\
@@ -67,3 +68,23 @@ def embedding_model_dir() -> Path:
     from backends.onnx.embedding_prepare import prepare_all_minilm
 
     return prepare_all_minilm(TEST_HOME, progress=False)
+
+
+@pytest.fixture(scope="session")
+def fim_model_dir(model_dir: Path) -> Path:
+    """The default model with fill-in-the-middle tokens in its tokenizer (see
+    tests/support/fim_model.py), beside it in the git-ignored test home."""
+    return build_fim_model(model_dir, model_dir.parent / "smollm2-135m-fim-test")
+
+
+@pytest.fixture(scope="session")
+def fim_server(fim_model_dir: Path) -> Iterator[RunningServer]:
+    config = config_from_yaml(
+        f"""\
+        models:
+          - {{name: "fim:test", backend: onnx, path: "{fim_model_dir}", provider: cpu, context_length: 1024,
+              defaults: {{stop: ["<|endoftext|>", "END"], temperature: 0.2}}}}
+        """
+    )
+    with serve(config) as server:
+        yield server

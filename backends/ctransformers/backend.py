@@ -36,7 +36,7 @@ from adapters.canonical import (
     Timings,
     Usage,
 )
-from adapters.errors import BackendError, ContextTooLong
+from adapters.errors import BackendError, ContextTooLong, UnsupportedFeature
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.ctransformers import generation
 from backends.ctransformers.formats import (
@@ -58,6 +58,7 @@ from backends.ctransformers.sampling import SamplePlan, plan_sampling
 from backends.ctransformers.settings import CTransformersSettings
 from backends.residency import Residency
 from backends.text.chat_template import render_chat_segments
+from backends.text.fim import find_fim
 from backends.text.segments import Segment, fewest_tokens, prompt_bytes
 
 log = logging.getLogger("dragoman.ctransformers")
@@ -126,7 +127,8 @@ class CTransformersBackend:
     # -- discovery ---------------------------------------------------------------------
 
     def capabilities(self, model: str) -> Capabilities:
-        return Capabilities()
+        file = self._inspect_quietly()
+        return Capabilities(insert=file is not None and find_fim(file.special_tokens) is not None)
 
     def details(self, model: str) -> ModelDetails:
         file = self._inspect_quietly()
@@ -141,6 +143,9 @@ class CTransformersBackend:
             size=file.size,
             context_length=self._context_length or self._wanted_context(file) or None,
             template=file.chat_template if self._uses_own_template(file) else self._preset(file),
+            parameter_count=file.parameters or None,
+            embedding_length=file.embedding_length,
+            insert_template=fim.go_template() if (fim := find_fim(file.special_tokens)) else "",
         )
 
     def loaded(self) -> list[LoadedModel]:
@@ -196,10 +201,19 @@ class CTransformersBackend:
 
     def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
         """Templated: the chat it means. Raw: the prompt as it is, its special tokens
-        special (api-mapping §7), and only the client's own stops."""
+        special (api-mapping §7), and only the client's own stops. With a suffix: the
+        model's FIM frame around the client's prefix and suffix, both plain text."""
         if request.templated:
             return self.chat(request.as_chat())
-        return self._run(request, lambda file: ([Segment(request.prompt)], ()))
+        return self._run(request, lambda file: (self._completion(request, file), ()))
+
+    def _completion(self, request: CompletionRequest, file: ModelFile) -> list[Segment]:
+        if request.suffix is None:
+            return [Segment(request.prompt)]
+        fim = find_fim(file.special_tokens)
+        if fim is None:  # checked before the request starts; the file may have changed since
+            raise UnsupportedFeature(f"model '{self.name}' does not support insert", param="suffix")
+        return fim.segments(request.prompt, request.suffix)
 
     def _chat_prompt(self, request: ChatRequest, file: ModelFile) -> tuple[list[Segment], tuple[str, ...]]:
         """The prompt's segments and the preset's stops (none for the file's own template)."""

@@ -90,6 +90,7 @@ class ModelFile(msgspec.Struct, frozen=True):
     parameters: int = 0
     # Bytes of the longest token's spelling (at least its text's bytes); 0: unknown.
     longest_token_bytes: int = 0
+    embedding_length: int | None = None
 
 
 def inspect_model_file(path: str | Path, model_type: str | None) -> ModelFile:
@@ -164,6 +165,7 @@ def _gguf_facts(path: Path, gguf: GgufFile, size: int) -> ModelFile:
         quantization=_main_type(gguf.tensors),
         parameters=sum(_elements(t) for t in gguf.tensors if t.name != "output.weight"),
         longest_token_bytes=max((len(t.encode("utf-8", errors="surrogatepass")) for t in tokens), default=0),
+        embedding_length=gguf.get(f"{arch}.embedding_length"),
     )
 
 

@@ -61,6 +61,7 @@ from backends.onnx.providers import ProviderError, candidate_providers, installe
 from backends.onnx.settings import CancelRecord, OnnxSettings
 from backends.residency import Residency
 from backends.text.chat_template import supports_thinking
+from backends.text.fim import find_fim
 
 log = logging.getLogger("dragoman.onnx")
 
@@ -106,9 +107,14 @@ class OnnxBackend:
     def capabilities(self, model: str) -> Capabilities:
         thinking = self.settings.reasoning_parser == "think" and supports_thinking(self.files.chat_template())
         return Capabilities(
-            tools=self.settings.tool_parser != "none", vision=False, thinking=thinking, json_schema=True, logprobs=True,
+            tools=self.settings.tool_parser != "none",
+            vision=False,
+            thinking=thinking,
+            json_schema=True,
+            logprobs=True,
+            insert=find_fim(self.files.tokenizer().added) is not None,
             embedding=has_hidden_states(self.files.folder()),
-        )  # fmt: skip
+        )
 
     def embedding_length(self) -> int | None:
         folder = self.files.folder()
@@ -136,6 +142,9 @@ class OnnxBackend:
             size=facts.size,
             context_length=self.files.configured_context(),
             template=self.files.chat_template(),
+            parameter_count=facts.parameter_count,
+            embedding_length=self.embedding_length() or facts.embedding_length,
+            insert_template=fim.go_template() if (fim := find_fim(self.files.tokenizer().added)) else "",
         )
 
     def loaded(self) -> list[LoadedModel]:

@@ -7,6 +7,7 @@ the entry's settings override both.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ class ModelFacts(msgspec.Struct, frozen=True):
     context_length: int | None = None
     size: int = 0
     vocab_size: int | None = None
+    embedding_length: int | None = None  # the decoder's hidden size
+    parameter_count: int | None = None
 
 
 def read_model_facts(model_dir: Path) -> ModelFacts:
@@ -29,14 +32,28 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
     marker = _json(model_dir / MARKER)
     model = genai.get("model") or {}
     context = model.get("context_length")
+    hidden = (model.get("decoder") or {}).get("hidden_size")
+    parameter_size = str(marker.get("parameter_size") or "")
+    count = marker.get("parameter_count")
     return ModelFacts(
         family=str(marker.get("family") or model.get("type") or ""),
-        parameter_size=str(marker.get("parameter_size") or ""),
+        parameter_size=parameter_size,
         quantization_level=str(marker.get("quantization_level") or ""),
         context_length=int(context) if isinstance(context, int) else None,
         size=model_size(model_dir),
         vocab_size=model["vocab_size"] if isinstance(model.get("vocab_size"), int) else None,
+        embedding_length=hidden if isinstance(hidden, int) else None,
+        parameter_count=count if isinstance(count, int) else parameters_from_size(parameter_size),
     )
+
+
+def parameters_from_size(size: str) -> int | None:
+    """``"135M"`` → 135000000: what a build marker without a count still says."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMBT])\s*", size, re.I)
+    if match is None:
+        return None
+    scale = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}[match.group(2).upper()]
+    return round(float(match.group(1)) * scale)
 
 
 def model_size(model_dir: Path) -> int:

@@ -9,13 +9,14 @@ tokenises anything (so a megabyte of text is never tokenised to find out).
 from __future__ import annotations
 
 from adapters.canonical import ChatRequest, CompletionRequest, RequestBase
-from adapters.errors import ContextTooLong
+from adapters.errors import ContextTooLong, UnsupportedFeature
 from backends.onnx.grammar import guidance_for
 from backends.onnx.model_files import ModelFiles
 from backends.onnx.protocol import Guidance, Start
 from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import OnnxSettings
 from backends.text.chat_template import render_chat_segments, supports_thinking
+from backends.text.fim import find_fim
 from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, OutputParser
 from backends.text.segments import Segment, fewest_tokens, prompt_bytes, prompt_text
 
@@ -56,10 +57,16 @@ def chat_start(
 def completion_start(
     files: ModelFiles, request: CompletionRequest, request_id: int, model_context: int
 ) -> tuple[Start, OutputParser]:
-    """A raw completion: the prompt is the model's whole input, and what it writes is
-    plain text (no thinking or tool-call parsing, as Ollama's raw mode)."""
+    """A raw completion: the prompt is the model's whole input; with a suffix, the
+    model's FIM frame around the client's prefix and suffix (plain text). What the
+    model writes is plain text (no thinking or tool-call parsing, as Ollama's raw mode)."""
     guidance = guidance_for(request, tools_active=False)  # type: ignore[arg-type]
     prompt = [Segment(request.prompt, special=True)]
+    if request.suffix is not None:
+        fim = find_fim(files.tokenizer().added)
+        if fim is None:  # checked before the request starts; the files may have changed since
+            raise UnsupportedFeature(f"model '{files.name}' does not support insert", param="suffix")
+        prompt = fim.segments(request.prompt, request.suffix)
     start = _start(files, request, request_id, model_context, prompt, guidance, special_tokens=False)
     return start, OutputParser(tools=False, thinking=False)
 

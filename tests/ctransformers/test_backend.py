@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
+import msgspec
 import pytest
 import pytest_asyncio
 
@@ -265,3 +266,15 @@ async def test_pathological_prompts_are_refused_not_crashing(backend: CTransform
     with pytest.raises(ContextTooLong, match="the prompt is .* tokens"):
         await collect(backend.chat(ask("qwertzuiopasdfghjklyxcvbnm" * 1600, num_predict=2)))
     assert "Paris" in text_of(await collect(backend.chat(capital(num_predict=24, **EXACT))))
+
+
+async def test_fill_in_the_middle_pieces(backend: CTransformersBackend) -> None:
+    """The frame's ids (FIM tokens as a GGUF's control tokens) around plain text: a
+    client's spelling of a FIM token is text, never its id."""
+    assert backend._file is not None
+    specials = {**backend._file.special_tokens, "<fim_prefix>": 90001, "<fim_suffix>": 90002, "<fim_middle>": 90003}
+    file = msgspec.structs.replace(backend._file, special_tokens=specials)
+    segments = backend._completion(completion("def f(<fim_middle>", suffix="):"), file)
+    assert pieces_of(segments, specials) == [90001, "def f(<fim_middle>", 90002, "):", 90003]
+    with pytest.raises(UnsupportedFeature, match="does not support insert"):
+        backend._completion(completion("x", suffix="y"), backend._file)
