@@ -20,6 +20,14 @@ DEFAULT_KEEP_ALIVE = 300.0  # seconds, as Ollama's 5m
 
 MiB = 1024 * 1024
 
+# Ollama's own CORS allow-list (envconfig.AllowedOrigins): local pages on any port,
+# desktop apps (Obsidian's app://, Tauri), local files and VS Code webviews.
+OLLAMA_ORIGINS = tuple(
+    [f"{scheme}://{host}{port}" for host in ("localhost", "127.0.0.1", "0.0.0.0") for scheme in ("http", "https")
+     for port in ("", ":*")]
+    + ["app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*"]
+)  # fmt: skip
+
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Bounds on what one request may ask; each breach is a clear 4xx/503."""
@@ -77,7 +85,12 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     open_paths: list[str] = msgspec.field(
         default_factory=lambda: ["/", "/api/version", "/health/live", "/health/ready"]
     )
-    cors_origins: list[str] = msgspec.field(default_factory=list)  # empty: CORS off
+    # Origins browsers may call from (CORS), as patterns where * matches within one
+    # part ("https://*.example.com", "http://localhost:*"). A list, or one string split
+    # on commas/whitespace ("${DRAGOMAN_ORIGINS}"); it replaces the default, Ollama's
+    # allow-list. Empty: CORS off.
+    cors_origins: list[str] | str = msgspec.field(default_factory=lambda: list(OLLAMA_ORIGINS))
+    cors_allow_credentials: bool = False  # send Access-Control-Allow-Credentials (cookies, auth)
     shutdown_grace: float = 30.0  # seconds running streams get after SIGTERM
     # Server processes on the one port. "auto": one per core when every model entry is
     # an upstream server, else one (proxy/workers.py says why).

@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from litestar import Litestar
-from litestar.config.cors import CORSConfig
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
@@ -17,9 +16,11 @@ from proxy.embedding_routes import embedding_router
 from proxy.errors import EXCEPTION_HANDLERS
 from proxy.auth import auth_middleware_factory
 from proxy.completion_routes import completion_router
+from proxy.cors import cors_config
 from proxy.health_routes import health_router, metrics_route
 from proxy.logging import observe_requests
 from proxy.metrics import Metrics
+from proxy.model_admin_routes import model_admin_router
 from proxy.models import BackendFactory, ModelTable, build_backend
 from proxy.ollama_routes import ollama_router
 from proxy.openai_routes import openai_router
@@ -52,7 +53,8 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     server = config.server
     middleware: list[Any] = []
     routes: list[Any] = [
-        openai_router, ollama_router, completion_router, embedding_router, health_router, metrics_route(metrics)
+        openai_router, ollama_router, completion_router, embedding_router, model_admin_router, health_router,
+        metrics_route(metrics),
     ]
     open_paths = list(server.open_paths)
     if server.ui:
@@ -66,7 +68,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
         lifespan=[lifespan],
-        cors_config=CORSConfig(allow_origins=server.cors_origins) if server.cors_origins else None,
+        cors_config=cors_config(server),
         request_max_body_size=server.limits.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="dragoman",

@@ -13,6 +13,7 @@ from adapters import ollama, openai
 from adapters.ollama import wire as ollama_wire
 from adapters.openai import completion_wire
 from adapters.openai.wire import OpenAIErrorResponse
+from backends.pull import PullProgress
 
 _ERROR_STATUSES = {
     400: "A bad field, named in the message (and in `param` for OpenAI clients).",
@@ -22,6 +23,7 @@ _ERROR_STATUSES = {
     502: "The backend or upstream failed before the reply began.",
     503: "The model is busy (see `Retry-After`) or the server is shutting down.",
     504: "The backend or upstream timed out.",
+    501: "Not done over the API: models are configured in the YAML file.",
 }
 
 
@@ -73,4 +75,13 @@ OPENAI_COMPLETION = {
     ),
     **_errors(OpenAIErrorResponse, _CHAT_ERRORS),
 }
-OLLAMA_ADMIN = _errors(ollama.ErrorResponse, (400, 404))
+OLLAMA_PULL = {
+    200: ResponseSpec(
+        PullProgress,
+        description="With `stream: false`, the last progress object (`{\"status\": \"success\"}`). Otherwise "
+        "`application/x-ndjson`: one progress object per line, or a last `{\"error\": …}` line.",
+        generate_examples=False,
+    ),
+    **_errors(ollama.ErrorResponse, (400, 404, 502)),
+}
+OLLAMA_ADMIN = _errors(ollama.ErrorResponse, (501,))

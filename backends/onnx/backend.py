@@ -60,6 +60,7 @@ from backends.onnx.protocol import (
 from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
 from backends.onnx.settings import CancelRecord, OnnxSettings
 from backends.residency import Residency
+from backends.pull import ProgressCallback, PullProgress
 from backends.text.chat_template import supports_thinking
 from backends.text.fim import find_fim
 
@@ -184,6 +185,14 @@ class OnnxBackend:
         self.residency.check_open()
         await self._ensure_worker()
         self.residency.loaded(keep_alive)
+
+    async def pull(self, model: str, progress: ProgressCallback) -> None:
+        """``/api/pull``: build the model when it is the default one and not built yet
+        (stage by stage in ``progress``); a folder that holds no model is an error."""
+        async with self._load_lock:  # one build, whoever asks for it first
+            model_dir = await self.files.ensure(progress)
+        self.files.forget()
+        progress(PullProgress(status=f"{model} is ready in {model_dir}"))
 
     async def unload(self, model: str | None = None) -> None:
         """Once the requests in flight are done (new ones are refused meanwhile)."""

@@ -7,10 +7,18 @@ from pathlib import Path
 
 from adapters.errors import BackendError
 from backends.onnx.model_info import ModelFacts, read_model_facts
-from backends.onnx.prepare import PrepareError, default_model_path, is_prepared, prepare_in_subprocess
+from backends.onnx.prepare import (
+    GGUF_SHA256,
+    STAGES,
+    PrepareError,
+    default_model_path,
+    is_prepared,
+    prepare_in_subprocess,
+)
 from backends.onnx.providers import Provider, candidate_providers, installed_flavours
 from backends.onnx.settings import OnnxSettings
 from backends.onnx.vocab import TokenizerFacts, read_tokenizer_facts
+from backends.pull import ProgressCallback, PullProgress, stage_progress
 from backends.text.chat_template import load_chat_template, special_tokens
 
 
@@ -50,8 +58,9 @@ class ModelFiles:
                 return provider  # type: ignore[return-value]
         return None
 
-    async def ensure(self) -> Path:
-        """The model folder; the default model is built first when it is missing."""
+    async def ensure(self, progress: ProgressCallback | None = None) -> Path:
+        """The model folder; the default model is built first when it is missing
+        (``progress`` hears of each stage, as ``/api/pull`` reports them)."""
         model_dir = self.folder()
         if is_prepared(model_dir):
             return model_dir
@@ -65,10 +74,19 @@ class ModelFiles:
         if not self.settings.prepare:
             command = f"python -m backends.onnx.prepare {build_provider}"
             raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare (or {command})")
+        digest = f"sha256:{GGUF_SHA256}"  # the build's source: what is being "pulled"
+
+        def on_line(line: str) -> None:
+            if progress is not None and (step := stage_progress(line, digest)) is not None:
+                progress(step)
+
         try:
-            return await prepare_in_subprocess(build_provider, model_dir)
+            built = await prepare_in_subprocess(build_provider, model_dir, on_line)
         except PrepareError as exc:
             raise BackendError(f"model '{self.name}': {exc}") from exc
+        if progress is not None:
+            progress(PullProgress(status=f"built {built.name}", digest=digest, total=STAGES, completed=STAGES))
+        return built
 
     def facts(self) -> ModelFacts:
         if self._facts is None:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -288,15 +288,20 @@ def _version(dist: str) -> str:
         return "?"
 
 
-async def prepare_in_subprocess(provider: BuildProvider, target: Path) -> Path:
+async def prepare_in_subprocess(
+    provider: BuildProvider, target: Path, on_line: Callable[[str], None] | None = None
+) -> Path:
     """Build the default model from a server without blocking its event loop: the
     build runs as ``python -m backends.onnx.prepare`` and its progress is logged."""
-    return await build_in_subprocess(["backends.onnx.prepare", provider], target, "the default model")
+    return await build_in_subprocess(["backends.onnx.prepare", provider], target, "the default model", on_line)
 
 
-async def build_in_subprocess(module_args: list[str], target: Path, what: str) -> Path:
-    """``python -m <module_args>`` as a child process, its stage lines logged; the
-    build must leave an intact marker at ``target``."""
+async def build_in_subprocess(
+    module_args: list[str], target: Path, what: str, on_line: Callable[[str], None] | None = None
+) -> Path:
+    """``python -m <module_args>`` as a child process, its stage lines logged (and
+    given to ``on_line``, e.g. for ``/api/pull``'s progress); the build must leave an
+    intact marker at ``target``."""
     import asyncio
     import logging
 
@@ -313,6 +318,8 @@ async def build_in_subprocess(module_args: list[str], target: Path, what: str) -
         text = line.decode(errors="replace").rstrip()
         if text.startswith(("[", "error")) or "model ready" in text:
             log.info("%s", text)
+            if on_line is not None:
+                on_line(text)
         tail = [*tail[-9:], text]
     if await process.wait() != 0 or not is_prepared(target):
         errors = [t for t in tail if t.startswith("error:")]

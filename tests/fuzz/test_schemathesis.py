@@ -31,6 +31,8 @@ EVERYTHING = [
     st_checks.response_schema_conformance,
 ]
 CHAT = [st_checks.not_a_server_error, st_checks.status_code_conformance, st_checks.response_schema_conformance]
+# The admin endpoints answer 501 by design (models are configured in the YAML file).
+ADMIN = [st_checks.status_code_conformance, st_checks.content_type_conformance, st_checks.response_schema_conformance]
 BOTH = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
 POSITIVE = (GenerationMode.POSITIVE,)  # nothing to get wrong: no parameters, no body
 
@@ -41,6 +43,13 @@ OPERATIONS: list[tuple[str, str, tuple[GenerationMode, ...], list[Callable[..., 
     ("POST", "/api/generate", BOTH, CHAT, "scripted"),
     ("POST", "/v1/completions", BOTH, CHAT, "scripted"),
     ("POST", "/api/show", BOTH, EVERYTHING, "scripted"),
+    ("POST", "/api/pull", BOTH, CHAT, "scripted"),
+    ("DELETE", "/api/delete", POSITIVE, ADMIN, None),
+    ("POST", "/api/copy", POSITIVE, ADMIN, None),
+    ("POST", "/api/create", POSITIVE, ADMIN, None),
+    ("POST", "/api/push", POSITIVE, ADMIN, None),
+    ("POST", "/api/blobs/{digest}", POSITIVE, ADMIN, None),
+    ("HEAD", "/api/blobs/{digest}", POSITIVE, ADMIN, None),
     ("POST", "/api/embed", BOTH, EVERYTHING, "scripted"),
     ("POST", "/api/embeddings", BOTH, EVERYTHING, "scripted"),
     ("POST", "/v1/embeddings", BOTH, EVERYTHING, "scripted"),

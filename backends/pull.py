@@ -1,0 +1,68 @@
+"""What ``/api/pull`` can do for a name, with progress in Ollama's pull shape.
+
+dragoman serves the models its config file names; it downloads nothing from a
+registry. So a pull of a served name makes that model ready — a local model that is
+not built yet is built (the default model today; whatever ``dragoman models prepare``
+learns to build later) — and a name the config does not serve is an error naming
+what to do. The two hooks:
+
+- a backend's ``pull(model, progress)`` (optional, see :class:`Pullable`): make a
+  served model ready, calling ``progress`` as it goes;
+- :func:`buildable`: what could be built for a name the config does *not* serve.
+  Nothing yet (so such a pull is a 404); the place for ``models prepare`` to say
+  "I can build ``ollama:NAME`` / this GGUF / this folder".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+
+class PullProgress(msgspec.Struct, omit_defaults=True, frozen=True):
+    """One NDJSON line of ``/api/pull``, as Ollama's ``api.ProgressResponse``."""
+
+    status: str
+    digest: str | None = None
+    total: int | None = None
+    completed: int | None = None
+
+
+ProgressCallback = Callable[[PullProgress], None]
+
+
+@runtime_checkable
+class Pullable(Protocol):
+    async def pull(self, model: str, progress: ProgressCallback) -> None:
+        """Make ``model`` ready to serve (build it when it can be built), reporting
+        progress; raise a ``DragomanError`` saying what to do when it cannot."""
+        ...
+
+
+Build = Callable[[ProgressCallback], Awaitable[None]]
+
+
+def buildable(name: str) -> Build | None:
+    """A build for ``name``, which the config does not serve; None when nothing can
+    be built for it (the only answer until ``models prepare`` knows other sources)."""
+    del name
+    return None
+
+
+_STAGE = re.compile(r"\[(\d+)/(\d+)\]\s*(?:\[[#.]*\]\s*)?(.*?)…?\s*$")
+
+
+def stage_progress(line: str, digest: str) -> PullProgress | None:
+    """A builder's stage line (``[2/4] [##..] building int4 ONNX model…``) as pull
+    progress on ``digest``: ``completed`` counts the stages already done."""
+    match = _STAGE.match(line.strip())
+    if match is None:
+        return None
+    number, total, text = int(match.group(1)), int(match.group(2)), match.group(3)
+    return PullProgress(status=text, digest=digest, total=total, completed=number - 1)
+
+
+__all__ = ["Build", "ProgressCallback", "PullProgress", "Pullable", "buildable", "stage_progress"]
