@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from adapters.canonical import ChatRequest, EmbedRequest, EmbedResult, Event
+from adapters.canonical import ChatRequest, CompletionRequest, EmbedRequest, EmbedResult, Event
 from adapters.errors import UnsupportedFeature
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.onnx.embedding_service import OnnxEmbedder
@@ -50,6 +50,14 @@ class OnnxEmbeddingBackend:
     async def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
         raise UnsupportedFeature(
             f"model '{request.model}' is an embedding model and cannot chat; send it to /api/embed or /v1/embeddings",
+            param="model",
+        )
+        yield  # pragma: no cover  (makes this an async generator)
+
+    async def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
+        raise UnsupportedFeature(
+            f"model '{request.model}' is an embedding model and cannot generate; send it to /api/embed or "
+            "/v1/embeddings",
             param="model",
         )
         yield  # pragma: no cover  (makes this an async generator)

@@ -119,6 +119,8 @@ def test_token_arrays_are_the_models_own_ids(real_server: RunningServer) -> None
     [
         ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}, 400, "embedding model"),
         ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}, 400, "embedding model"),
+        ("/api/generate", {"model": MODEL, "prompt": "hi"}, 400, "embedding model"),
+        ("/v1/completions", {"model": MODEL, "prompt": "hi"}, 400, "embedding model"),
         ("/api/embed", {"model": "smollm2:135m", "input": "x"}, 400, "does not support embeddings"),
         ("/v1/embeddings", {"model": "smollm2:135m", "input": "x"}, 400, "does not support embeddings"),
         ("/api/embed", {"model": "nope", "input": "x"}, 404, "not found"),
