@@ -96,6 +96,8 @@ class ChatResult(msgspec.Struct):
     finish_reason: FinishReason = "stop"
     usage: Usage = Usage()
     timings: Timings = Timings()
+    thinking_signature: str | None = None
+    stop_sequence: str | None = None
 
 
 class ResultBuilder:
@@ -108,6 +110,7 @@ class ResultBuilder:
         self._logprobs: list[TokenLogprob] | None = None
         self._fragments = ToolCallAccumulator()
         self._finish = Finish()
+        self._signature: str | None = None
 
     def add(self, event: Event) -> None:
         if isinstance(event, ContentDelta):
@@ -116,6 +119,8 @@ class ResultBuilder:
                 self._logprobs = (self._logprobs or []) + list(event.logprobs)
         elif isinstance(event, ThinkingDelta):
             self._thinking.append(event.text)
+            if event.signature:
+                self._signature = event.signature
         elif isinstance(event, ToolCallDone):
             self._calls.append(event.call)
         elif isinstance(event, ToolCallFragment):
@@ -143,6 +148,8 @@ class ResultBuilder:
             finish_reason=reason,
             usage=self._finish.usage,
             timings=self._finish.timings,
+            thinking_signature=self._signature,
+            stop_sequence=self._finish.stop_sequence,
         )
 
 

@@ -64,6 +64,9 @@ class Message(msgspec.Struct):
     role: str
     parts: list[Part] = msgspec.field(default_factory=list)
     thinking: str | None = None
+    # The opaque signature that closed ``thinking`` when it was generated (Anthropic
+    # hands it back and verifies it); kept so a same-dialect upstream gets it back.
+    thinking_signature: str | None = None
     tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
     # For role "tool": which call this answers and that call's function name.
     tool_call_id: str | None = None
@@ -147,6 +150,9 @@ class RequestBase(msgspec.Struct, kw_only=True):
     think_level: ThinkLevel | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    # False: at most one tool call per reply (OpenAI ``parallel_tool_calls: false``,
+    # Anthropic ``disable_parallel_tool_use``). None: the backend's default (allowed).
+    parallel_tool_calls: bool | None = None
     stream: bool = False
     # Seconds; None = the model's configured default, 0 = unload after this request,
     # negative = keep loaded forever.
@@ -248,7 +254,12 @@ class ContentDelta(msgspec.Struct, tag="content", frozen=True):
 
 
 class ThinkingDelta(msgspec.Struct, tag="thinking", frozen=True):
+    """A piece of the reply's thinking. ``signature`` (with empty ``text``) closes the
+    thinking with an opaque signature, as Anthropic upstreams send one; dialects that
+    have no signature ignore it."""
+
     text: str
+    signature: str | None = None
 
 
 class ToolCallDone(msgspec.Struct, tag="tool_call", frozen=True):
@@ -278,6 +289,9 @@ class Finish(msgspec.Struct, tag="finish", frozen=True):
     reason: FinishReason = "stop"
     usage: Usage = Usage()
     timings: Timings = Timings()
+    # Which of the request's stop sequences ended the reply (reason "stop"), when the
+    # backend knows; Anthropic reports it as ``stop_sequence``.
+    stop_sequence: str | None = None
 
 
 class ErrorEvent(msgspec.Struct, tag="error", frozen=True):

@@ -56,7 +56,24 @@ class UnsupportedFeature(RequestError):
 
 
 class ContextTooLong(RequestError):
+    """``prompt_tokens`` and ``context_length`` are given when the backend counted, so
+    each dialect can say both numbers in its own words."""
+
     code = "context_length_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        prompt_tokens: int | None = None,
+        context_length: int | None = None,
+        at_least: bool = False,
+    ) -> None:
+        super().__init__(message, param=param)
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+        self.at_least = at_least  # prompt_tokens is a lower bound (the prompt was not tokenised)
 
 
 class AuthenticationError(DragomanError):

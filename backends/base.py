@@ -108,6 +108,13 @@ class Embedder(Protocol):
         ...
 
 
+# Optional, looked up with getattr by the proxy (a backend without it refuses the feature):
+#   async def count_tokens(self, request: ChatRequest) -> int
+#       the prompt's length in the model's own tokens (Anthropic's count_tokens);
+#   async def ready(self) -> tuple[bool, str]          for /health/ready;
+#   def endpoint_health(self) -> dict[str, bool]       for /metrics.
+
+
 def check_capabilities(request: Request, caps: Capabilities, model: str) -> None:
     """Refuse, naming the feature, what the backend cannot do (400, never a silent drop)."""
     if not caps.completion:

@@ -19,7 +19,7 @@ import structlog
 
 from adapters.aggregate import ChatResult, ResultBuilder
 from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Request, RoleStart, Secret
-from adapters.errors import BackendError, BackendTimeout, DragomanError, error_for_status
+from adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
 from backends.base import Backend, check_capabilities
 from config import ModelRoute
 from proxy.limits import check_grammars, check_request, check_request_shape, clamp_to_context
@@ -133,6 +133,18 @@ async def start_chat(
     record.mark(first)
     chat.first = first
     return chat
+
+
+async def count_tokens(table: ModelTable, request: ChatRequest, record: RequestRecord) -> int:
+    """The prompt's length in the model's tokens, by the backend's own tokenizer (or its
+    upstream's count); a backend that has none refuses with a 400."""
+    route, backend, request = prepare(table, request, record)
+    counter = getattr(backend, "count_tokens", None)
+    if counter is None:
+        name = route.config.name
+        message = f"model '{request.model}' ({route.config.backend} backend, entry '{name}') cannot count tokens: it has no tokenizer here"
+        raise UnsupportedFeature(message, param="model")
+    return await counter(request)
 
 
 async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:

@@ -312,6 +312,8 @@ class CTransformersBackend:
                 f"the prompt is {outcome.prompt_tokens} tokens; model '{self.name}' has a context of {outcome.limit}"
                 + (" (num_ctx)" if request.options.num_ctx else ""),
                 param="messages" if isinstance(request, ChatRequest) else "prompt",
+                prompt_tokens=outcome.prompt_tokens,
+                context_length=outcome.limit,
             )
 
     def _finish(self, future: asyncio.Future[Any], began: int, load_ns: int) -> Event:
@@ -323,6 +325,7 @@ class CTransformersBackend:
         return Finish(
             reason="length" if outcome.reason == "length" else "stop",
             usage=Usage(prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens),
+            stop_sequence=outcome.stop_sequence,
             timings=Timings(
                 total_ns=time.perf_counter_ns() - began,
                 load_ns=load_ns,

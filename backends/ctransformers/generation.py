@@ -40,6 +40,7 @@ class Outcome(msgspec.Struct, frozen=True):
     completion_tokens: int
     prompt_eval_ns: int = 0
     eval_ns: int = 0
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -117,7 +118,8 @@ def run(llm: Any, job: Job, emit: Callable[[str, int], None], cancel: threading.
         tail = stops.feed(decoder.decode(b"", final=True)) + stops.flush()
         if tail:
             emit(tail, generated)
-    return Outcome(reason, len(prompt), generated, prompt_eval_ns, time.perf_counter_ns() - began - prompt_eval_ns)
+    eval_ns = time.perf_counter_ns() - began - prompt_eval_ns
+    return Outcome(reason, len(prompt), generated, prompt_eval_ns, eval_ns, stop_sequence=stops.matched)
 
 
 def _next_token(llm: Any, plan: SamplePlan, step: int) -> int:

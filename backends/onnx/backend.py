@@ -42,7 +42,8 @@ from backends.onnx.embedding_service import OnnxEmbedder
 from backends.onnx.model_files import ModelFiles
 from backends.text.output_parsers import LogprobsPairing, OutputParser
 from backends.onnx.prepare import is_prepared, missing_build_tools
-from backends.onnx.prompts import chat_start, completion_start
+from backends.onnx.prompt_tokens import PromptTokenizer
+from backends.onnx.prompts import chat_prompt, chat_start, completion_start
 from backends.onnx.protocol import (
     RUN_AHEAD,
     Cancel,
@@ -82,6 +83,7 @@ class OnnxBackend:
         self._load_lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self.files = ModelFiles(self.name, self.settings, route.config.context_length)
+        self._counter: PromptTokenizer | None = None  # for count_tokens, read on first use
         self._embedder: OnnxEmbedder | None = None  # for models whose graph outputs hidden_states
 
     @classmethod
@@ -267,7 +269,7 @@ class OnnxBackend:
                     finished = True
                     for event in [*logprobs.pair([*parser.feed(report.text), *parser.finish()], None), *logprobs.flush()]:
                         yield event
-                    yield self._finish(report, parser, began, load_ns)
+                    yield self._finish(report, parser, began, load_ns, request)
                     self.counters["finished"] += 1
                     return
                 else:
@@ -280,6 +282,22 @@ class OnnxBackend:
             if not finished and _still_running(reports):
                 self._cancel(worker, start.request_id, consumed)
 
+    async def count_tokens(self, request: ChatRequest) -> int:
+        """The prompt's length in the model's own tokens: rendered as a generation
+        renders it, tokenised by the worker's own prompt tokenizer (``tokenizer.json``
+        through ``tokenizers``, which lets go of the GIL), here on a thread: counting
+        needs no loaded model and is not bounded by the context."""
+        await self.files.ensure()
+        if self._counter is None:
+            counter = await asyncio.to_thread(PromptTokenizer, self.files.folder(), None)
+            if not counter.linear:
+                raise UnsupportedFeature(
+                    f"model '{self.name}' cannot count tokens: its folder has no tokenizer.json that tokenizers reads",
+                    param="model",
+                )
+            self._counter = counter
+        return len(await asyncio.to_thread(self._counter.encode, chat_prompt(self.files, self.settings, request)))
+
     def _plan(self, request: Request, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
         if isinstance(request, ChatRequest):
             return chat_start(self.files, self.settings, request, request_id, model_context)
@@ -288,7 +306,12 @@ class OnnxBackend:
     def _raise_refusal(self, first: Report | WorkerGone, request: Request) -> None:
         if isinstance(first, Refused):
             if first.kind == "context":
-                raise ContextTooLong(first.message, param="messages" if isinstance(request, ChatRequest) else "prompt")
+                raise ContextTooLong(
+                    first.message,
+                    param="messages" if isinstance(request, ChatRequest) else "prompt",
+                    prompt_tokens=first.prompt_tokens,
+                    context_length=first.context_length,
+                )
             forced = isinstance(request, ChatRequest) and request.tool_choice.mode in ("required", "function")
             param = "tool_choice" if forced else "response_format"
             raise RequestError(first.message, param=param)
@@ -298,10 +321,12 @@ class OnnxBackend:
             raise BackendError(first.message)
         raise BackendError(f"the model worker answered {type(first).__name__} to a new request")
 
-    def _finish(self, done: Done, parser: OutputParser, began: int, load_ns: int) -> Finish:
+    def _finish(self, done: Done, parser: OutputParser, began: int, load_ns: int, request: Request) -> Finish:
         reason = "tool_calls" if parser.calls and done.reason == "stop" else done.reason
+        stop = done.stop_sequence if done.stop_sequence in (request.options.stop or ()) else None  # not ours
         return Finish(
             reason=reason,  # type: ignore[arg-type]
+            stop_sequence=stop,
             usage=Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens),
             timings=Timings(
                 total_ns=time.perf_counter_ns() - began,
@@ -353,6 +378,7 @@ class OnnxBackend:
             ready = await worker.start()
             self._worker = worker
             self.files.forget()
+            self._counter = None  # a reload may follow a rebuild
             log.info(
                 "loaded model '%s' on %s (%s) in %.2fs",
                 self.name,

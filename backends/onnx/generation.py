@@ -122,6 +122,7 @@ class Generation:
             prompt_eval_ns=self.prompt_eval_ns,
             eval_ns=self.eval_ns,
             text=tail,
+            stop_sequence=self.stops.matched,
         )
 
     def _prepare_logits(self) -> np.ndarray | None:

@@ -17,7 +17,7 @@ from backends.onnx.sampling import max_new_tokens, plan_sampling
 from backends.onnx.settings import OnnxSettings
 from backends.text.chat_template import render_chat_segments, supports_thinking
 from backends.text.fim import find_fim
-from backends.text.output_parsers import CALL_OPEN, THINK_OPEN, OutputParser
+from backends.text.output_parsers import CALL_CLOSE, CALL_OPEN, THINK_OPEN, OutputParser
 from backends.text.segments import Segment, fewest_tokens, prompt_bytes, prompt_text
 
 
@@ -25,17 +25,10 @@ def chat_start(
     files: ModelFiles, settings: OnnxSettings, request: ChatRequest, request_id: int, model_context: int
 ) -> tuple[Start, OutputParser]:
     template = files.chat_template()
-    tools_active = bool(request.tools) and request.tool_choice.mode != "none" and settings.tool_parser != "none"
+    tools_active = _tools_active(settings, request)
     thinking = settings.reasoning_parser == "think" and supports_thinking(template)
     vocabulary = files.tokenizer()
-    prompt = render_chat_segments(
-        template,
-        request.messages,
-        request.tools if tools_active else None,
-        enable_thinking=request.think,
-        tokens=files.template_tokens(),
-        protected=vocabulary.added,
-    )
+    prompt = chat_prompt(files, settings, request)
     markers = [m for m, on in ((CALL_OPEN, tools_active), (THINK_OPEN, thinking)) if on]
     start = _start(
         files,
@@ -45,6 +38,7 @@ def chat_start(
         prompt,
         guidance_for(request, tools_active=tools_active),
         special_tokens=bool(set(markers) & vocabulary.special),
+        stop=stops(request, tools_active=tools_active),
     )
     parser = OutputParser(
         tools=tools_active,
@@ -52,6 +46,22 @@ def chat_start(
         start_in_thinking=thinking and prompt_text(prompt).rstrip().endswith(THINK_OPEN),
     )
     return start, parser
+
+
+def chat_prompt(files: ModelFiles, settings: OnnxSettings, request: ChatRequest) -> list[Segment]:
+    """The prompt a chat becomes: the model's template over the messages (and tools)."""
+    return render_chat_segments(
+        files.chat_template(),
+        request.messages,
+        request.tools if _tools_active(settings, request) else None,
+        enable_thinking=request.think,
+        tokens=files.template_tokens(),
+        protected=files.tokenizer().added,
+    )
+
+
+def _tools_active(settings: OnnxSettings, request: ChatRequest) -> bool:
+    return bool(request.tools) and request.tool_choice.mode != "none" and settings.tool_parser != "none"
 
 
 def completion_start(
@@ -80,6 +90,7 @@ def _start(
     guidance: Guidance | None,
     *,
     special_tokens: bool,
+    stop: list[str] | None = None,
 ) -> Start:
     options = request.options
     context = files.context_length(options.num_ctx, model_context)
@@ -91,6 +102,9 @@ def _start(
             f"spells more than {longest} bytes), which cannot fit the context length of {context} tokens; "
             "shorten it",
             param="messages" if isinstance(request, ChatRequest) else "prompt",
+            prompt_tokens=at_least,
+            context_length=context,
+            at_least=True,
         )
     search, processing = plan_sampling(options, vocab_size=files.facts().vocab_size)
     return Start(
@@ -101,8 +115,17 @@ def _start(
         search=search,
         processing=processing,
         guidance=guidance,
-        stop=list(options.stop or []),
+        stop=list(options.stop or []) if stop is None else stop,
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs if request.logprobs else 0,
         special_tokens=special_tokens,
     )
+
+
+def stops(request: ChatRequest, *, tools_active: bool) -> list[str]:
+    """The request's stop strings; with parallel calls off, also the end of a call, so
+    generation ends right after the first one (the parser still closes it at the end)."""
+    found = list(request.options.stop or [])
+    if tools_active and request.parallel_tool_calls is False and CALL_CLOSE not in found:
+        found.append(CALL_CLOSE)
+    return found

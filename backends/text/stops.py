@@ -24,6 +24,7 @@ class StopMatcher:
         for stop in self._stops:
             self._insert(stop)
         self._link()
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, text: str) -> str:
         """The part of ``held + text`` that is safe to emit now. After a stop string
@@ -44,7 +45,9 @@ class StopMatcher:
             if match[state]:
                 self.stopped = True
                 self._held = ""
-                return buffer[: base + i + 1 - match[state]]
+                end = base + i + 1
+                self.matched = buffer[end - match[state] : end]
+                return buffer[: end - match[state]]
         self._state = state
         keep = self._depth[state]
         self._held = buffer[len(buffer) - keep :] if keep else ""

@@ -372,8 +372,8 @@ def coalesce_deltas(events: list[Event]) -> list[Event]:
         if isinstance(event, ContentDelta) and isinstance(last, ContentDelta):
             logprobs = (last.logprobs or []) + (event.logprobs or []) if last.logprobs or event.logprobs else None
             merged[-1] = ContentDelta(last.text + event.text, logprobs)
-        elif isinstance(event, ThinkingDelta) and isinstance(last, ThinkingDelta):
-            merged[-1] = ThinkingDelta(last.text + event.text)
+        elif isinstance(event, ThinkingDelta) and isinstance(last, ThinkingDelta) and not (event.signature or last.signature):
+            merged[-1] = ThinkingDelta(last.text + event.text)  # a signature closes the thinking: never merged away
         else:
             merged.append(event)
     return merged

@@ -26,8 +26,10 @@ from adapters.canonical import (
 from adapters.errors import BackendError, ContextTooLong, Overloaded, RequestError
 from backends.base import Backend
 from backends.onnx import OnnxBackend
+from backends.onnx.prompts import stops as _stops
 from backends.onnx.prepare import prepare_in_subprocess
 from backends.onnx.protocol import RUN_AHEAD
+from backends.text.output_parsers import CALL_CLOSE
 from config.schema import ModelConfig, ModelRoute
 from tests.onnx.conftest import MODEL_NAME, ask, collect
 
@@ -94,7 +96,23 @@ async def test_stop_string_is_never_emitted(backend: OnnxBackend) -> None:
     # Greedy reply: "The capital of France is Paris, ..."; "is Par" spans two tokens.
     events = await collect(backend.chat(ask("What is the capital of France?", num_predict=16, stop=["is Par"])))
     assert text_of(events) == "The capital of France "
-    assert finish_of(events).reason == "stop"
+    assert finish_of(events).reason == "stop" and finish_of(events).stop_sequence == "is Par"
+
+
+async def test_count_tokens_is_the_prompt_a_generation_reads(backend: OnnxBackend) -> None:
+    request = ask("What is the capital of France?", num_predict=1)
+    counted = await backend.count_tokens(request)
+    assert counted == finish_of(await collect(backend.chat(request))).usage.prompt_tokens > 10
+    assert await backend.count_tokens(ask("word " * 3000)) > 3000  # past the context: still counted
+
+
+async def test_parallel_calls_off_stops_after_the_first_call() -> None:
+    """With parallel calls off, the end of a call is a stop string: generation ends right
+    after the first call, which the parser closes at the end."""
+    one = msgspec.structs.replace(ask("q", stop=["x"]), tools=[WEATHER], parallel_tool_calls=False)
+    assert _stops(one, tools_active=True) == ["x", CALL_CLOSE]
+    assert _stops(msgspec.structs.replace(one, parallel_tool_calls=None), tools_active=True) == ["x"]
+    assert _stops(one, tools_active=False) == ["x"]
 
 
 async def test_json_schema_output_validates(backend: OnnxBackend) -> None:

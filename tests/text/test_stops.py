@@ -25,6 +25,15 @@ def test_stop_matcher(name: str, stops: list[str], deltas: list[str], emitted: s
     assert (out, matcher.stopped) == (emitted, stopped)
 
 
+def test_the_matched_stop_is_named() -> None:
+    """The earliest match wins, whichever stop it is (Anthropic reports it)."""
+    matcher = StopMatcher(["END", "\n\n"])
+    assert matcher.feed("a\n") == "a" and matcher.matched is None
+    assert matcher.feed("\nb END") == "" and matcher.matched == "\n\n"
+    other = StopMatcher(["END", "."])
+    assert other.feed("x END. y") == "x " and other.matched == "END"
+
+
 def test_nothing_after_a_stop() -> None:
     matcher = StopMatcher(["."])
     assert matcher.feed("one. two") == "one"

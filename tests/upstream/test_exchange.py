@@ -92,6 +92,8 @@ COALESCE = [
      [C("abc", [TokenLogprob("a", -1.0), TokenLogprob("c", -2.0)])]),
     ("finish ends a run", [C("a"), C("b"), Finish(), C("c")], [C("ab"), Finish(), C("c")]),
     ("fragments untouched", [ToolCallFragment(0, "{"), ToolCallFragment(0, "}")], [ToolCallFragment(0, "{"), ToolCallFragment(0, "}")]),
+    ("a signature is never merged away", [T("x"), T("y"), T("", signature="s"), T("z"), C("a")],
+     [T("xy"), T("", signature="s"), T("z"), C("a")]),
 ]
 
 
