@@ -71,6 +71,22 @@ class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("'max_concurrent' and 'max_bytes' must be at least 1 and 'timeout' positive")
 
 
+class ResponseStoreConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Where ``/v1/responses`` keeps what ``store: true`` stores (previous_response_id,
+    GET/DELETE /v1/responses/{id}). ``kind: none`` keeps nothing."""
+
+    kind: Literal["sqlite", "none"] = "sqlite"
+    path: str | None = None  # the SQLite file; None = $DRAGOMAN_HOME/responses.sqlite3
+    max_age: float = 30 * 24 * 3600.0  # seconds a response is kept (OpenAI keeps 30 days)
+    max_bytes: int = 256 * MiB  # all stored responses together; the oldest go first
+
+    def __post_init__(self) -> None:
+        if self.max_age <= 0:
+            raise ValueError("'max_age' must be a positive number of seconds")
+        if self.max_bytes < MiB:
+            raise ValueError("'max_bytes' must be at least 1048576 (1 MiB)")
+
+
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -98,6 +114,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ui: bool = True  # the web page at /ui (models, health, playground); false turns it off
     limits: Limits = Limits()
     image_fetch: ImageFetch = ImageFetch()
+    responses: ResponseStoreConfig = ResponseStoreConfig()
 
 
 # Keys of a model entry that every backend shares; everything else is backend settings.

@@ -13,6 +13,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 
 from config import Config
 from proxy.embedding_routes import embedding_router
+from proxy.anthropic_routes import anthropic_router
 from proxy.errors import EXCEPTION_HANDLERS
 from proxy.auth import auth_middleware_factory
 from proxy.completion_routes import completion_router
@@ -25,6 +26,8 @@ from proxy.models import BackendFactory, ModelTable, build_backend
 from proxy.ollama_routes import ollama_router
 from proxy.openai_routes import openai_router
 from proxy import ui
+from proxy.response_store import ResponseStore, open_store
+from proxy.responses_routes import responses_router
 from proxy.version import __version__
 
 
@@ -32,12 +35,14 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     """An app serving ``config``. Backends are built when the app starts and closed
     (models unloaded, connections closed) when it stops."""
     table: ModelTable | None = None
+    store: ResponseStore | None = None
     metrics = Metrics(lambda: table.gauges() if table is not None else iter(()))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        nonlocal table
+        nonlocal table, store
         table = ModelTable(config, backend_factory)
+        store = open_store(config.server.responses)
         app.state.models = table
         try:
             yield
@@ -45,16 +50,21 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
             table.lifetime.begin_shutdown()
             await table.lifetime.drained()
             await table.aclose()
+            await store.aclose()
 
     def provide_models() -> ModelTable:
         assert table is not None, "the app's lifespan has not started"
         return table
 
+    def provide_store() -> ResponseStore:
+        assert store is not None, "the app's lifespan has not started"
+        return store
+
     server = config.server
     middleware: list[Any] = []
     routes: list[Any] = [
-        openai_router, ollama_router, completion_router, embedding_router, model_admin_router, health_router,
-        metrics_route(metrics),
+        openai_router, anthropic_router, responses_router, ollama_router, completion_router, embedding_router,
+        model_admin_router, health_router, metrics_route(metrics),
     ]
     open_paths = list(server.open_paths)
     if server.ui:
@@ -64,7 +74,10 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         middleware.append(auth_middleware_factory(config.api_keys, open_paths))
     app = Litestar(
         route_handlers=routes,
-        dependencies={"models": Provide(provide_models, sync_to_thread=False)},
+        dependencies={
+            "models": Provide(provide_models, sync_to_thread=False),
+            "response_store": Provide(provide_store, sync_to_thread=False),
+        },
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
         lifespan=[lifespan],
@@ -73,7 +86,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         openapi_config=OpenAPIConfig(
             title="dragoman",
             version=__version__,
-            description="OpenAI Chat Completions and Ollama chat, served by backends chosen per model.",
+            description="OpenAI Chat Completions and Responses, Anthropic Messages and Ollama chat, served by backends chosen per model.",
             path="/schema",
             render_plugins=[SwaggerRenderPlugin()],
         ),

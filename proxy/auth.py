@@ -12,6 +12,7 @@ from typing import Any
 
 from adapters.errors import AuthenticationError
 from proxy.errors import error_body
+from proxy.record import scope_dialect
 
 
 def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
@@ -30,6 +31,23 @@ def bearer_token(scope: dict[str, Any]) -> str | None:
     return None
 
 
+def api_key_header(scope: dict[str, Any]) -> str | None:
+    """``x-api-key``, as Anthropic clients send the key."""
+    for name, value in scope.get("headers", []):
+        if name == b"x-api-key":
+            return value.decode("latin-1").strip()
+    return None
+
+
+def client_authorization(request: Any) -> str | None:
+    """The client's credentials as an ``Authorization`` value, for upstreams configured
+    to forward them; Anthropic clients send the key as ``x-api-key``."""
+    authorization = request.headers.get("authorization")
+    if authorization is None and (key := request.headers.get("x-api-key")):
+        return f"Bearer {key}"
+    return authorization
+
+
 def auth_middleware_factory(api_keys: list[str], open_paths: list[str]) -> Any:
     """An ASGI middleware that refuses requests without a configured key. With no keys
     configured it is not installed at all (any bearer value is accepted, as Ollama)."""
@@ -41,13 +59,17 @@ def auth_middleware_factory(api_keys: list[str], open_paths: list[str]) -> Any:
             if scope["type"] != "http" or scope["path"] in open_set or scope["method"] == "OPTIONS":
                 await app(scope, receive, send)
                 return
+            dialect = scope_dialect(scope)
             token = bearer_token(scope)
+            if token is None and dialect == "anthropic":
+                token = api_key_header(scope)
             if token is not None and key_matches(token, keys):
                 await app(scope, receive, send)
                 return
-            reason = "missing API key: send 'Authorization: Bearer <key>'" if token is None else "invalid API key"
+            how = "'x-api-key: <key>' or 'Authorization: Bearer <key>'" if dialect == "anthropic" else "'Authorization: Bearer <key>'"
+            reason = f"missing API key: send {how}" if token is None else "invalid API key"
             err = AuthenticationError(reason, code="invalid_api_key")
-            body = error_body(scope["path"], err)
+            body = error_body(dialect, err)
             await send(
                 {
                     "type": "http.response.start",

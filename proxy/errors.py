@@ -1,7 +1,8 @@
 """Every failure rendered in the caller's dialect; no traceback ever reaches a client.
 
-The dialect comes from the path (``/v1/…`` is OpenAI, the rest Ollama) because routing
-errors (404/405) and body-decoding errors happen before any handler knows more.
+The dialect comes from the request itself (:func:`proxy.record.scope_dialect`: the path,
+and an ``anthropic-version`` header) because routing errors (404/405) and body-decoding
+errors happen before any handler knows more.
 """
 
 from __future__ import annotations
@@ -19,28 +20,37 @@ from litestar.exceptions import (
     ValidationException,
 )
 
-from adapters import ollama, openai
+from adapters import anthropic, ollama, openai
 from adapters.errors import DragomanError, RequestError, retry_after_seconds, valid_error_status
-from proxy.record import SCOPE_KEY, dialect_of
+from proxy.record import SCOPE_KEY, Dialect, scope_dialect
 
 log = structlog.get_logger("dragoman.errors")
 
 
-def error_body(path: str, err: DragomanError) -> bytes:
-    """``err`` as the body the dialect of ``path`` expects."""
-    return openai.render_error(err) if dialect_of(path) == "openai" else ollama.render_error(err)
+def error_body(dialect: Dialect, err: DragomanError) -> bytes:
+    """``err`` as the body ``dialect`` expects (Responses errors are OpenAI's)."""
+    if dialect == "anthropic":
+        return anthropic.render_error(err)
+    if dialect == "ollama":
+        return ollama.render_error(err)
+    return openai.render_error(err)
+
+
+def error_status(dialect: Dialect, err: DragomanError) -> int:
+    return anthropic.status_for(err) if dialect == "anthropic" else err.status
 
 
 def render(request: Request[Any, Any, Any], err: DragomanError) -> Response[bytes]:
     record = request.scope.get(SCOPE_KEY)
     if record is not None and record.error is None:
         record.error = err.message
-    body = error_body(request.url.path, err)
+    dialect = record.dialect if record is not None else scope_dialect(request.scope)
+    body = error_body(dialect, err)
     seconds = retry_after_seconds(err.retry_after)
     headers = {"Retry-After": str(seconds)} if seconds is not None else None
     # A status outside 400–599 cannot be sent (h11 refuses ≥ 600); it is a bug or a
     # hostile upstream's, and a 502 is what the client gets.
-    status = err.status if valid_error_status(err.status) else 502
+    status = error_status(dialect, err) if valid_error_status(err.status) else 502
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 

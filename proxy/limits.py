@@ -4,7 +4,7 @@ max_tokens against the context."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -13,9 +13,17 @@ from adapters.errors import DragomanError, RequestError
 from adapters.json_depth import too_deep
 from adapters.schema_budget import SchemaBudget, check_schemas
 from config.schema import Limits
+from proxy.record import Dialect
 
 R = TypeVar("R", ChatRequest, CompletionRequest)
-Dialect = Literal["openai", "ollama"]
+
+# How each dialect spells the fields the bounds name.
+_STOP_FIELD = {"openai": "stop", "ollama": "options.stop", "anthropic": "stop_sequences", "responses": "stop"}
+_SCHEMA_FIELD = {
+    "openai": "response_format.json_schema.schema", "ollama": "format",
+    "anthropic": "output_config.format.schema", "responses": "text.format.schema",
+}  # fmt: skip
+_TOOL_FIELD = {"anthropic": "tools[{}].input_schema", "responses": "tools[{}].parameters"}
 
 
 class PayloadTooLarge(DragomanError):
@@ -89,7 +97,7 @@ def _check_stop(request: ChatRequest | CompletionRequest, limits: Limits, dialec
     stop = request.options.stop
     if not stop:
         return
-    field = "stop" if dialect == "openai" else "options.stop"
+    field = _STOP_FIELD[dialect]
     if len(stop) > limits.max_stop:
         raise RequestError(
             f"{field}: {len(stop)} stop strings; the limit is {limits.max_stop} (server.limits.max_stop)", param=field
@@ -135,10 +143,11 @@ def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, diale
     """Free-form JSON (schemas, arguments) is walked by templates, grammar compilers
     and encoders that recurse; bound its nesting before any of them runs."""
     limit = limits.max_json_depth
-    schema_field = "response_format.json_schema.schema" if dialect == "openai" else "format"
+    schema_field = _SCHEMA_FIELD[dialect]
     found: list[tuple[str, Any]] = [(schema_field, request.response_format.schema)]
     if isinstance(request, ChatRequest):
-        found += [(f"tools[{i}].function.parameters", tool.parameters) for i, tool in enumerate(request.tools)]
+        tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
+        found += [(tool_field.format(i), tool.parameters) for i, tool in enumerate(request.tools)]
         found += [
             (f"messages[{i}].tool_calls[{j}].function.arguments", call.arguments)
             for i, message in enumerate(request.messages)
@@ -151,21 +160,31 @@ def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, diale
             )
 
 
-# Where each dialect writes the structured-output schema, for errors that name it.
-_FORMAT_FIELD = {"openai": "response_format.json_schema.schema", "ollama": "format"}
-
-
 def check_grammars(request: ChatRequest | CompletionRequest, budget: SchemaBudget, dialect: str) -> None:
     """The schemas a request would have compiled (structured output; the tools'
     parameters when a call is forced) against the budget, before any work."""
     schemas: list[tuple[str, object]] = []
     if request.response_format.type == "json_schema" and request.response_format.schema is not None:
-        schemas.append((_FORMAT_FIELD.get(dialect, "response_format"), request.response_format.schema))
+        schemas.append((_SCHEMA_FIELD.get(dialect, "response_format"), request.response_format.schema))
     choice = request.tool_choice if isinstance(request, ChatRequest) else None
     if choice is not None and choice.mode in ("required", "function"):
+        tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
         schemas += [
-            (f"tools[{i}].function.parameters", tool.parameters)
+            (tool_field.format(i), tool.parameters)
             for i, tool in enumerate(request.tools)
             if choice.mode == "required" or tool.name == choice.name
         ]
     check_schemas(schemas, budget)
+
+
+def page_limit(raw: str | None, *, default: int, maximum: int) -> int:
+    """A listing's ``limit`` query parameter, checked."""
+    if raw is None:
+        return default
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise RequestError(f"limit: must be an integer, got '{raw}'", param="limit") from None
+    if not 1 <= limit <= maximum:
+        raise RequestError(f"limit: must be between 1 and {maximum}, got {limit}", param="limit")
+    return limit

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 import structlog
 
-from proxy.record import SCOPE_KEY, RequestRecord
+from proxy.record import SCOPE_KEY, RequestRecord, scope_dialect
 
 LogFormat = Literal["auto", "console", "json"]
 
@@ -69,7 +69,7 @@ def _middleware(app: Any, observer: Observer | None) -> Any:
             await app(scope, receive, send)
             return
         request_id = _client_request_id(scope) or secrets.token_hex(8)
-        record = RequestRecord(request_id, scope["method"], scope["path"])
+        record = RequestRecord(request_id, scope["method"], scope["path"], scope_dialect(scope))
         scope[SCOPE_KEY] = record
         logged = False
 

@@ -7,12 +7,14 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 from litestar.response import Stream
 
 from adapters import openai
 from adapters.errors import ModelNotFound, UnsupportedFeature
 from adapters.openai.remote_images import image_part_count, remote_image_urls, with_fetched_images
+from proxy import anthropic_routes
 from proxy.chat import collect, encode_stream, start_chat
 from proxy.image_fetch import fetch_as_data_uris
 from proxy.limits import check_image_count
@@ -69,20 +71,42 @@ def _check_before_fetching(models: ModelTable, data: openai.ChatCompletionReques
         raise UnsupportedFeature(f"model '{data.model}' does not support images", param="messages")
 
 
-@get("/models", summary="List models", tags=["OpenAI"])
-async def list_models(models: NamedDependency[ModelTable]) -> ModelList:
+@get(
+    "/models",
+    summary="List models",
+    tags=["OpenAI"],
+    description="Anthropic's shape (`data`, `has_more`, `first_id`, `last_id`) when the request sends `anthropic-version`.",
+    responses={200: ResponseSpec(ModelList, description="The served names.", generate_examples=False)},
+)
+async def list_models(request: Request[Any, Any, Any], models: NamedDependency[ModelTable]) -> Response[bytes]:
+    if request.scope[SCOPE_KEY].dialect == "anthropic":
+        return _json(await anthropic_routes.model_page(models, dict(request.query_params)))
     created = int(models.started.timestamp())
     names = await models.listed_names()
-    return ModelList(data=[ModelCard(id=name, created=created, owned_by=route.config.backend) for name, route, _ in names])
+    cards = [ModelCard(id=name, created=created, owned_by=route.config.backend) for name, route, _ in names]
+    return _json(ModelList(data=cards))
 
 
-@get("/models/{model:path}", summary="Retrieve a model", tags=["OpenAI"], responses=OPENAI_MODEL)
-async def retrieve_model(model: FromPath[str], models: NamedDependency[ModelTable]) -> ModelCard:
+@get(
+    "/models/{model:path}",
+    summary="Retrieve a model",
+    tags=["OpenAI"],
+    responses={200: ResponseSpec(ModelCard, description="The model.", generate_examples=False), **OPENAI_MODEL},
+)
+async def retrieve_model(
+    request: Request[Any, Any, Any], model: FromPath[str], models: NamedDependency[ModelTable]
+) -> Response[bytes]:
     name = model.lstrip("/")
+    if request.scope[SCOPE_KEY].dialect == "anthropic":
+        return _json(anthropic_routes.model_info(models, name))
     if not name:  # checked first: a catch-all pattern would match ""
         raise ModelNotFound(name)
     route, _ = models.lookup(name)  # raises 404 for unknown names
-    return ModelCard(id=name, created=int(models.started.timestamp()), owned_by=route.config.backend)
+    return _json(ModelCard(id=name, created=int(models.started.timestamp()), owned_by=route.config.backend))
+
+
+def _json(payload: msgspec.Struct) -> Response[bytes]:
+    return Response(msgspec.json.encode(payload), media_type="application/json")
 
 
 openai_router = Router(path="/v1", route_handlers=[chat_completions, list_models, retrieve_model])

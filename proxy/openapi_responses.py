@@ -12,8 +12,10 @@ from litestar.openapi.datastructures import ResponseSpec
 from adapters import ollama, openai
 from adapters.ollama import wire as ollama_wire
 from adapters.openai import completion_wire
+from adapters.anthropic import wire as anthropic_wire
 from adapters.openai.wire import OpenAIErrorResponse
 from backends.pull import PullProgress
+from adapters.responses import wire as responses_wire
 
 _ERROR_STATUSES = {
     400: "A bad field, named in the message (and in `param` for OpenAI clients).",
@@ -24,6 +26,7 @@ _ERROR_STATUSES = {
     503: "The model is busy (see `Retry-After`) or the server is shutting down.",
     504: "The backend or upstream timed out.",
     501: "Not done over the API: models are configured in the YAML file.",
+    529: "Anthropic's status for 503: the model is busy (see `Retry-After`) or the server is shutting down.",
 }
 
 
@@ -33,7 +36,7 @@ def _errors(body: type, statuses: tuple[int, ...]) -> dict[int, ResponseSpec]:
     }
 
 
-_CHAT_ERRORS = tuple(_ERROR_STATUSES)
+_CHAT_ERRORS = (400, 401, 404, 413, 502, 503, 504)
 
 OPENAI_CHAT = {
     200: ResponseSpec(
@@ -85,3 +88,37 @@ OLLAMA_PULL = {
     **_errors(ollama.ErrorResponse, (400, 404, 502)),
 }
 OLLAMA_ADMIN = _errors(ollama.ErrorResponse, (501,))
+ANTHROPIC_MESSAGES = {
+    200: ResponseSpec(
+        anthropic_wire.Message,
+        description="The reply. With `stream: true`, `text/event-stream` instead: named events `message_start`, "
+        "`ping`, `content_block_start` / `_delta` / `_stop`, `message_delta`, `message_stop` (or `error`).",
+        generate_examples=False,
+    ),
+    **_errors(anthropic_wire.ErrorResponse, (400, 401, 404, 413, 502, 504, 529)),
+}
+ANTHROPIC_COUNT = {
+    200: ResponseSpec(anthropic_wire.TokenCount, description="The prompt's length in tokens.", generate_examples=False),
+    **_errors(anthropic_wire.ErrorResponse, (400, 401, 404, 413, 502, 504, 529)),
+}
+RESPONSES_CREATE = {
+    200: ResponseSpec(
+        responses_wire.Response,
+        description="The response. With `stream: true`, `text/event-stream` instead: typed events from "
+        "`response.created` to `response.completed` / `response.incomplete` / `response.failed`.",
+        generate_examples=False,
+    ),
+    **_errors(OpenAIErrorResponse, _CHAT_ERRORS),
+}
+RESPONSES_STORED = {
+    200: ResponseSpec(responses_wire.Response, description="The stored response.", generate_examples=False),
+    **_errors(OpenAIErrorResponse, (400, 404)),
+}
+RESPONSES_DELETED = {
+    200: ResponseSpec(responses_wire.Deleted, description="Deleted.", generate_examples=False),
+    **_errors(OpenAIErrorResponse, (404,)),
+}
+RESPONSES_ITEMS = {
+    200: ResponseSpec(responses_wire.ItemList, description="The input items, newest first unless `order=asc`.", generate_examples=False),
+    **_errors(OpenAIErrorResponse, (400, 404)),
+}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from adapters.canonical import ContentDelta, Event, ThinkingDelta, ToolCallDone, ToolCallFragment, Usage
 
@@ -12,9 +12,26 @@ _TOKEN_EVENTS = (ContentDelta, ThinkingDelta, ToolCallDone, ToolCallFragment)
 SCOPE_KEY = "dragoman.record"
 
 
-def dialect_of(path: str) -> Literal["openai", "ollama"]:
-    """OpenAI's routes live under ``/v1/``; every other path speaks Ollama's dialect."""
-    return "openai" if path.startswith("/v1/") else "ollama"
+Dialect = Literal["openai", "ollama", "anthropic", "responses"]
+
+
+def dialect_of(path: str, anthropic_version: bool = False) -> Dialect:
+    """``/v1/messages…`` is Anthropic's, ``/v1/responses…`` OpenAI Responses; the other
+    ``/v1/`` paths are OpenAI's, except for a client that sends ``anthropic-version``
+    (the ``anthropic`` SDK lists ``/v1/models`` too); every other path is Ollama's."""
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/v1/responses"):
+        return "responses"
+    if path.startswith("/v1/"):
+        return "anthropic" if anthropic_version else "openai"
+    return "ollama"
+
+
+def scope_dialect(scope: dict[str, Any]) -> Dialect:
+    """The dialect of an ASGI request: its path, and whether it says ``anthropic-version``."""
+    anthropic_version = any(name == b"anthropic-version" for name, _ in scope.get("headers", ()))
+    return dialect_of(scope.get("path", ""), anthropic_version)
 
 
 class RequestRecord:
@@ -23,11 +40,11 @@ class RequestRecord:
         "first_token_at", "embed_inputs",
     )
 
-    def __init__(self, request_id: str, method: str, path: str) -> None:
+    def __init__(self, request_id: str, method: str, path: str, dialect: Dialect | None = None) -> None:
         self.request_id = request_id
         self.method = method
         self.path = path
-        self.dialect = dialect_of(path)
+        self.dialect = dialect or dialect_of(path)
         self.model: str | None = None  # as the client asked for it
         self.entry: str | None = None  # the config entry that served it (a pattern's own name)
         self.backend: str | None = None

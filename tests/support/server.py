@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import textwrap
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import msgspec
 import uvicorn
 
 from backends.registry import settings_type
@@ -41,7 +44,18 @@ def config_from_yaml(text: str) -> Config:
 
 @contextmanager
 def serve(config: Config, *, backend_factory: BackendFactory = build_backend) -> Iterator[RunningServer]:
-    """``backend_factory`` lets a test keep hold of the backends it builds."""
+    """``backend_factory`` lets a test keep hold of the backends it builds. A config that
+    names no response store file gets one in a temporary folder, never in ~/.cache."""
+    with tempfile.TemporaryDirectory(prefix="dragoman-test-") as scratch:
+        if config.server.responses.path is None:
+            responses = msgspec.structs.replace(config.server.responses, path=str(Path(scratch) / "responses.sqlite3"))
+            config = msgspec.structs.replace(config, server=msgspec.structs.replace(config.server, responses=responses))
+        with _serve(config, backend_factory) as server:
+            yield server
+
+
+@contextmanager
+def _serve(config: Config, backend_factory: BackendFactory) -> Iterator[RunningServer]:
     port = free_port()
     app = create_app(config, backend_factory=backend_factory)
     server = uvicorn.Server(

@@ -1,0 +1,184 @@
+"""Stored responses of ``/v1/responses``: an embedded SQLite database (WAL), bounded.
+
+A row holds a response object as returned to the client and the input items the model
+saw for it (the earlier response's items included, so a conversation is rebuilt from
+one row and deleting an ancestor breaks nothing). Rows older than ``max_age`` are
+invisible and pruned; when the rows together pass ``max_bytes`` the oldest go first.
+
+SQLite calls block, so they run on one thread of their own that owns the connection;
+the event loop only awaits them. One file per server: with several replicas, see the
+README ("Responses: stored state").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+import structlog
+
+from backends.onnx.prepare import dragoman_home
+from config.schema import ResponseStoreConfig
+
+log = structlog.get_logger("dragoman.responses")
+
+FILE_NAME = "responses.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    size INTEGER NOT NULL,
+    response BLOB NOT NULL,
+    input BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at);
+"""
+
+
+class StoredResponse(msgspec.Struct, frozen=True):
+    id: str
+    created_at: float
+    response: bytes  # the response object's JSON
+    input: bytes  # JSON list of the input items, as input_items lists them
+
+
+@runtime_checkable
+class ResponseStore(Protocol):
+    """What the routes need; SQLite is the one built. A shared database for several
+    replicas would be another implementation of these four calls."""
+
+    async def put(self, stored: StoredResponse) -> bool: ...
+
+    async def get(self, response_id: str) -> StoredResponse | None: ...
+
+    async def delete(self, response_id: str) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class NoStore:
+    """``kind: none``: nothing is kept, so nothing is ever found."""
+
+    async def put(self, stored: StoredResponse) -> bool:
+        return False
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        return None
+
+    async def delete(self, response_id: str) -> bool:
+        return False
+
+    async def aclose(self) -> None:
+        return None
+
+
+class SqliteStore:
+    def __init__(self, path: Path, *, max_age: float, max_bytes: int) -> None:
+        self.path = path
+        self.max_age = max_age
+        self.max_bytes = max_bytes
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-store")
+        self._db: sqlite3.Connection | None = None
+
+    async def put(self, stored: StoredResponse) -> bool:
+        """Keep ``stored``; False (and a log line) when it alone is over ``max_bytes``."""
+        return await self._run(self._put, stored)
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        return await self._run(self._get, response_id)
+
+    async def delete(self, response_id: str) -> bool:
+        return await self._run(self._delete, response_id)
+
+    async def aclose(self) -> None:
+        if self._db is not None:
+            await self._run(self._close)
+        self._thread.shutdown(wait=True)
+
+    async def _run(self, call: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
+
+    # -- on the store's thread ----------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return self._db
+
+    def _put(self, stored: StoredResponse) -> bool:
+        size = len(stored.response) + len(stored.input)
+        if size > self.max_bytes:
+            log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
+            return False
+        db = self._connection()
+        with _transaction(db):
+            db.execute(
+                "INSERT OR REPLACE INTO responses (id, created_at, size, response, input) VALUES (?, ?, ?, ?, ?)",
+                (stored.id, stored.created_at, size, stored.response, stored.input),
+            )
+            self._prune(db)
+        return True
+
+    def _prune(self, db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM responses WHERE created_at < ?", (time.time() - self.max_age,))
+        (total,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
+        if total <= self.max_bytes:
+            return
+        # The oldest rows whose removal brings the total back under the bound.
+        excess, doomed = total - self.max_bytes, []
+        for row_id, size in db.execute("SELECT id, size FROM responses ORDER BY created_at"):
+            doomed.append((row_id,))
+            excess -= size
+            if excess <= 0:
+                break
+        db.executemany("DELETE FROM responses WHERE id = ?", doomed)
+
+    def _get(self, response_id: str) -> StoredResponse | None:
+        row = self._connection().execute(
+            "SELECT id, created_at, response, input FROM responses WHERE id = ? AND created_at >= ?",
+            (response_id, time.time() - self.max_age),
+        ).fetchone()
+        return StoredResponse(row[0], row[1], bytes(row[2]), bytes(row[3])) if row else None
+
+    def _delete(self, response_id: str) -> bool:
+        db = self._connection()
+        return db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
+
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+class _transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def open_store(config: ResponseStoreConfig) -> ResponseStore:
+    """The configured store; the SQLite file is created on first use."""
+    if config.kind == "none":
+        return NoStore()
+    path = Path(config.path).expanduser() if config.path else dragoman_home() / FILE_NAME
+    return SqliteStore(path, max_age=config.max_age, max_bytes=config.max_bytes)
+
+
+__all__ = ["NoStore", "ResponseStore", "SqliteStore", "StoredResponse", "open_store"]

@@ -1,0 +1,122 @@
+"""The real default model through ``/v1/messages`` over HTTP with the official
+``anthropic`` client: whole and streamed replies, a forced tool call, token counts,
+the model listing and errors as the client types them."""
+
+from __future__ import annotations
+
+import httpx
+import jsonschema
+import pytest
+
+from tests.support.server import RunningServer
+
+anthropic = pytest.importorskip("anthropic", reason="the test extra installs the official anthropic client")
+
+MODEL = "smollm2:135m"
+GREEDY = {"top_k": 1}  # the SDK no longer has sampling arguments; the API still takes them
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def client(real_server: RunningServer) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0)
+
+
+def test_create_answers(client: anthropic.Anthropic) -> None:
+    message = client.messages.create(model=MODEL, max_tokens=24, messages=QUESTION, extra_body=GREEDY)
+    assert message.id.startswith("msg_") and message.role == "assistant" and message.model == MODEL
+    assert [block.type for block in message.content] == ["text"]
+    assert "Paris" in message.content[0].text
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.usage.input_tokens > 10 and 0 < message.usage.output_tokens <= 24
+
+
+def test_stream_accumulates_to_the_whole_reply(client: anthropic.Anthropic) -> None:
+    whole = client.messages.create(model=MODEL, max_tokens=24, messages=QUESTION, extra_body=GREEDY)
+    with client.messages.stream(model=MODEL, max_tokens=24, messages=QUESTION, extra_body=GREEDY) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert len(pieces) > 1  # it did stream
+    assert final.content[0].text == "".join(pieces) == whole.content[0].text
+    assert (final.stop_reason, final.usage.input_tokens, final.usage.output_tokens) == (
+        whole.stop_reason, whole.usage.input_tokens, whole.usage.output_tokens,
+    )  # fmt: skip
+
+
+def test_max_tokens_far_beyond_the_context_is_clamped(client: anthropic.Anthropic) -> None:
+    """Claude Code asks for 32000; the model gives what its context allows."""
+    ask = {"model": MODEL, "max_tokens": 32000, "messages": QUESTION, "stop_sequences": ["."], "extra_body": GREEDY}
+    with client.messages.stream(**ask) as stream:  # the client insists on streaming for 32000
+        message = stream.get_final_message()
+    assert message.stop_reason in ("stop_sequence", "end_turn")
+    if message.stop_reason == "stop_sequence":
+        assert message.stop_sequence == "." and not message.content[0].text.endswith(".")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_tool_choice_any_gives_a_valid_tool_use(client: anthropic.Anthropic, stream: bool) -> None:
+    ask = {"model": MODEL, "max_tokens": 64, "tools": [WEATHER], "tool_choice": {"type": "any"},
+           "messages": [{"role": "user", "content": "What's the weather in Paris?"}]}  # fmt: skip
+    if stream:
+        with client.messages.stream(**ask) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**ask)
+    calls = [block for block in message.content if block.type == "tool_use"]
+    assert message.stop_reason == "tool_use" and len(calls) == 1
+    assert calls[0].id.startswith("toolu_") and calls[0].name == "get_weather"
+    jsonschema.validate(calls[0].input, WEATHER["input_schema"])
+    # The result goes back and the model answers in words.
+    follow = client.messages.create(
+        model=MODEL, max_tokens=24, tools=[WEATHER], extra_body=GREEDY,
+        messages=[*ask["messages"], {"role": "assistant", "content": message.content},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": calls[0].id, "content": "Sunny, 21C"}]}],
+    )  # fmt: skip
+    assert follow.content and follow.usage.input_tokens > message.usage.input_tokens
+
+
+def test_count_tokens_is_the_prompt_the_model_reads(client: anthropic.Anthropic) -> None:
+    counted = client.messages.count_tokens(model=MODEL, messages=QUESTION)
+    message = client.messages.create(model=MODEL, max_tokens=1, messages=QUESTION)
+    assert counted.input_tokens == message.usage.input_tokens > 10
+    with_tools = client.messages.count_tokens(model=MODEL, messages=QUESTION, tools=[WEATHER], system="Be brief.")
+    assert with_tools.input_tokens > counted.input_tokens
+    long = client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "word " * 3000}])
+    assert long.input_tokens > 2048  # counting is not bounded by the context
+
+
+def test_models_listing_in_anthropic_shape(client: anthropic.Anthropic) -> None:
+    listed = list(client.models.list())
+    assert MODEL in [m.id for m in listed] and all(m.type == "model" for m in listed)
+    one = client.models.retrieve(MODEL)
+    assert (one.id, one.display_name) == (MODEL, MODEL)
+    page = client.models.list(limit=1)
+    assert len(page.data) == 1 and page.has_more and page.last_id == page.data[0].id
+    with pytest.raises(anthropic.NotFoundError):
+        client.models.retrieve("no-such-model")
+
+
+def test_errors_are_typed_by_the_client(client: anthropic.Anthropic, real_server: RunningServer) -> None:
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.messages.create(model="no-such-model", max_tokens=8, messages=QUESTION)
+    assert missing.value.body == {"type": "error", "error": {"type": "not_found_error", "message": "model 'no-such-model' not found"}}
+    with pytest.raises(anthropic.BadRequestError) as long:
+        client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "word " * 3000}])
+    assert long.value.body["error"]["type"] == "invalid_request_error"
+    assert long.value.body["error"]["message"].startswith("prompt is too long: ")
+    assert long.value.body["error"]["message"].endswith(" tokens > 2048 maximum")
+    with pytest.raises(anthropic.BadRequestError, match=r"messages\[0\]\.content\[0\]\.type"):
+        client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": [{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}])
+    bare = httpx.post(real_server.url + "/v1/messages", json={"model": MODEL, "messages": QUESTION})
+    assert bare.status_code == 400
+    assert bare.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: field required"}}

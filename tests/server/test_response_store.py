@@ -1,0 +1,74 @@
+"""The SQLite response store: kept, found, deleted, expired, bounded in size."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from config.schema import ResponseStoreConfig
+from proxy.response_store import NoStore, SqliteStore, StoredResponse, open_store
+
+
+def row(name: str, size: int = 10, age: float = 0.0) -> StoredResponse:
+    return StoredResponse(name, time.time() - age, b"r" * size, b"[]")
+
+
+async def test_put_get_delete(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite3", max_age=60, max_bytes=1 << 20)
+    try:
+        assert await store.put(row("a"))
+        found = await store.get("a")
+        assert found is not None and found.response == b"r" * 10 and found.input == b"[]"
+        assert await store.get("b") is None
+        assert await store.delete("a") and not await store.delete("a")
+        assert await store.get("a") is None
+    finally:
+        await store.aclose()
+    with sqlite3.connect(tmp_path / "s.sqlite3") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_expired_rows_are_invisible_and_pruned(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite3", max_age=60, max_bytes=1 << 20)
+    try:
+        await store.put(row("old", age=120))
+        assert await store.get("old") is None
+        await store.put(row("new"))  # a write prunes
+    finally:
+        await store.aclose()
+    with sqlite3.connect(tmp_path / "s.sqlite3") as db:
+        assert [r[0] for r in db.execute("SELECT id FROM responses")] == ["new"]
+
+
+async def test_the_oldest_go_when_over_the_size_bound(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite3", max_age=3600, max_bytes=100)
+    try:
+        for i in range(5):
+            await store.put(row(f"r{i}", size=28, age=10 - i))  # 30 bytes each with the input
+        kept = [name for name in (f"r{i}" for i in range(5)) if await store.get(name) is not None]
+        assert kept == ["r2", "r3", "r4"]
+        assert not await store.put(row("huge", size=200))  # alone over the bound: not kept
+        assert await store.get("huge") is None and await store.get("r4") is not None
+    finally:
+        await store.aclose()
+
+
+async def test_no_store() -> None:
+    store = NoStore()
+    assert not await store.put(row("a")) and await store.get("a") is None and not await store.delete("a")
+
+
+def test_open_store_defaults_under_dragoman_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRAGOMAN_HOME", str(tmp_path))
+    store = open_store(ResponseStoreConfig())
+    assert isinstance(store, SqliteStore) and store.path == tmp_path / "responses.sqlite3"
+    assert isinstance(open_store(ResponseStoreConfig(kind="none")), NoStore)
+
+
+@pytest.mark.parametrize("fields", [{"max_age": 0}, {"max_bytes": 10}])
+def test_config_bounds(fields: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        ResponseStoreConfig(**fields)  # type: ignore[arg-type]
