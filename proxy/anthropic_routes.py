@@ -22,7 +22,7 @@ from adapters.anthropic import wire
 from adapters.errors import ModelNotFound
 from proxy.auth import client_authorization
 from proxy.chat import collect, count_tokens, encode_stream, start_chat
-from proxy.image_fetch import fetch_as_data_uris
+from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.limits import page_limit
 from proxy.models import ModelTable
 from proxy.openapi_responses import ANTHROPIC_COUNT, ANTHROPIC_MESSAGES
@@ -32,10 +32,13 @@ MAX_PAGE = 1000
 DEFAULT_PAGE = 20
 
 
-async def _fetched(models: ModelTable, messages: list[wire.MessageParam]) -> dict[str, str]:
+async def _fetched(models: ModelTable, model: str, messages: list[wire.MessageParam]) -> dict[str, str]:
     fetch = models.config.server.image_fetch
     urls = anthropic.remote_image_urls(messages) if fetch.enabled else []
-    return await fetch_as_data_uris(urls, fetch) if urls else {}
+    if not urls:
+        return {}
+    check_before_fetching(models, model, len(anthropic.image_blocks(messages)))
+    return await fetch_as_data_uris(urls, fetch)
 
 
 @post(
@@ -50,7 +53,7 @@ async def messages(
     request: Request[Any, Any, Any], data: JSONBody[wire.MessagesRequest], models: NamedDependency[ModelTable]
 ) -> Response[bytes]:
     record = request.scope[SCOPE_KEY]
-    canonical = anthropic.to_canonical(data, await _fetched(models, data.messages))
+    canonical = anthropic.to_canonical(data, await _fetched(models, data.model, data.messages))
     chat = await start_chat(models, canonical, record, authorization=client_authorization(request))
     if data.stream:
         encoder = anthropic.StreamEncoder(data.model)
@@ -71,7 +74,7 @@ async def messages_count_tokens(
     request: Request[Any, Any, Any], data: JSONBody[wire.CountTokensRequest], models: NamedDependency[ModelTable]
 ) -> wire.TokenCount:
     record = request.scope[SCOPE_KEY]
-    canonical = anthropic.count_request(data, await _fetched(models, data.messages))
+    canonical = anthropic.count_request(data, await _fetched(models, data.model, data.messages))
     return wire.TokenCount(input_tokens=await count_tokens(models, canonical, record))
 
 

@@ -25,15 +25,20 @@ import ipaddress
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from adapters.errors import RequestError
+from adapters.errors import RequestError, UnsupportedFeature
 from adapters.images import sniff_image_mime
 from config.schema import ImageFetch
 from proxy.bounded_decode import TooLarge, UnsupportedEncoding, decode_body
+from proxy.limits import check_image_count
 from proxy.public_address import Address, refusal
+
+if TYPE_CHECKING:
+    from proxy.models import ModelTable
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -51,6 +56,15 @@ async def system_resolve(host: str, port: int) -> list[str]:
 # names this machine cannot resolve, and its own certificate authority.
 resolve: Resolver = system_resolve
 verify: ssl.SSLContext | bool = True
+
+
+def check_before_fetching(models: ModelTable, model: str, image_parts: int) -> None:
+    """A fetch costs the server work and bandwidth: only for a request that could use
+    its result — not too many images, a known model, one that takes images."""
+    check_image_count(image_parts, models.limits)
+    _, backend = models.lookup(model)
+    if not backend.capabilities(model).vision:
+        raise UnsupportedFeature(f"model '{model}' does not support images", param="messages")
 
 
 async def fetch_as_data_uris(urls: list[str], settings: ImageFetch) -> dict[str, str]:

@@ -12,12 +12,11 @@ from litestar.params import FromPath, JSONBody
 from litestar.response import Stream
 
 from adapters import openai
-from adapters.errors import ModelNotFound, UnsupportedFeature
+from adapters.errors import ModelNotFound
 from adapters.openai.remote_images import image_part_count, remote_image_urls, with_fetched_images
 from proxy import anthropic_routes
 from proxy.chat import collect, encode_stream, start_chat
-from proxy.image_fetch import fetch_as_data_uris
-from proxy.limits import check_image_count
+from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.models import ModelTable
 from proxy.openapi_responses import OPENAI_CHAT, OPENAI_MODEL
 from proxy.record import SCOPE_KEY
@@ -49,7 +48,7 @@ async def chat_completions(
     record = request.scope[SCOPE_KEY]
     fetch = models.config.server.image_fetch
     if fetch.enabled and (urls := remote_image_urls(data)):
-        _check_before_fetching(models, data)
+        check_before_fetching(models, data.model, image_part_count(data))
         data = with_fetched_images(data, await fetch_as_data_uris(urls, fetch))
     chat = await start_chat(
         models, openai.to_canonical(data), record, authorization=request.headers.get("authorization")
@@ -60,15 +59,6 @@ async def chat_completions(
         return Stream(encode_stream(chat, encoder, record), media_type=encoder.media_type)
     result = await collect(chat, record, request.receive)
     return Response(openai.render_response(result, data.model), media_type="application/json")
-
-
-def _check_before_fetching(models: ModelTable, data: openai.ChatCompletionRequest) -> None:
-    """A fetch costs the server work and bandwidth: only for a request that could use
-    its result — not too many images, a known model, one that takes images."""
-    check_image_count(image_part_count(data), models.limits)
-    _, backend = models.lookup(data.model)
-    if not backend.capabilities(data.model).vision:
-        raise UnsupportedFeature(f"model '{data.model}' does not support images", param="messages")
 
 
 @get(

@@ -25,7 +25,7 @@ from adapters.errors import DragomanError, RequestError
 from adapters.responses import wire
 from proxy.auth import client_authorization
 from proxy.chat import Chat, collect, encode_stream, start_chat
-from proxy.image_fetch import fetch_as_data_uris
+from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.limits import page_limit
 from proxy.models import ModelTable
 from proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED, RESPONSES_ITEMS, RESPONSES_STORED
@@ -70,7 +70,7 @@ async def create_response(
     if skipped := responses.builtin_tools(data):
         log.info("built-in tools are not offered to the model", tools=skipped, model=data.model)
     items = responses.input_items(data)
-    canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await _fetched(models, items))
+    canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await _fetched(models, data.model, items))
     keep = data.store is not False and not isinstance(response_store, NoStore)
     context = msgspec.json.encode([*history, *(responses.stored_item(item) for item in items)]) if keep else b""
     meta = responses.meta_for(data, store=keep)
@@ -153,10 +153,13 @@ async def _history(store: ResponseStore, previous_id: str | None) -> list[dict[s
     return [*_item_list.decode(stored.input), *responses.output_items(earlier)]
 
 
-async def _fetched(models: ModelTable, items: list[wire.InputItem]) -> dict[str, str]:
+async def _fetched(models: ModelTable, model: str, items: list[wire.InputItem]) -> dict[str, str]:
     fetch = models.config.server.image_fetch
     urls = responses.remote_image_urls(items) if fetch.enabled else []
-    return await fetch_as_data_uris(urls, fetch) if urls else {}
+    if not urls:
+        return {}
+    check_before_fetching(models, model, len(responses.image_parts(items)))
+    return await fetch_as_data_uris(urls, fetch)
 
 
 async def _stored_stream(

@@ -3,7 +3,7 @@ and upstream side."""
 
 from __future__ import annotations
 
-from adapters.anthropic.convert import count_request, remote_image_urls, think_level_for_budget, to_canonical
+from adapters.anthropic.convert import count_request, image_blocks, remote_image_urls, think_level_for_budget, to_canonical
 from adapters.anthropic.stream import (
     StreamEncoder,
     error_message,
@@ -20,6 +20,7 @@ __all__ = [
     "MessagesRequest",
     "StreamEncoder",
     "count_request",
+    "image_blocks",
     "error_message",
     "error_type",
     "remote_image_urls",

@@ -73,15 +73,21 @@ def _prompt(
     )
 
 
+def image_blocks(messages: list[wire.MessageParam]) -> list[wire.ContentBlock]:
+    """Every image block, those inside tool results too."""
+    return [
+        inner
+        for message in messages
+        for block in _blocks(message.content)
+        for inner in [block, *_blocks(block.content or [])]
+        if inner.type == "image"
+    ]
+
+
 def remote_image_urls(messages: list[wire.MessageParam]) -> list[str]:
     """Every ``url`` image source, in order, without repeats (for the proxy to fetch)."""
-    urls: dict[str, None] = {}
-    for message in messages:
-        for block in _blocks(message.content):
-            for inner in [block, *_blocks(block.content or [])]:
-                if inner.type == "image" and inner.source is not None and inner.source.type == "url" and inner.source.url:
-                    urls[inner.source.url] = None
-    return list(urls)
+    urls = [b.source.url for b in image_blocks(messages) if b.source is not None and b.source.type == "url" and b.source.url]
+    return list(dict.fromkeys(urls))
 
 
 def think_level_for_budget(budget: int) -> ThinkLevel:
@@ -307,4 +313,4 @@ def _blocks(content: str | list[wire.ContentBlock]) -> list[wire.ContentBlock]:
     return [] if isinstance(content, str) else content
 
 
-__all__ = ["count_request", "remote_image_urls", "think_level_for_budget", "to_canonical"]
+__all__ = ["count_request", "image_blocks", "remote_image_urls", "think_level_for_budget", "to_canonical"]

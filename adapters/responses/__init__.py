@@ -4,7 +4,7 @@ and upstream side. Errors before a stream begins are OpenAI's ``{"error": {…}}
 
 from __future__ import annotations
 
-from adapters.responses.convert import builtin_tools, input_items, remote_image_urls, to_canonical
+from adapters.responses.convert import builtin_tools, image_parts, input_items, remote_image_urls, to_canonical
 from adapters.responses.items import decode_items, output_items, stored_item
 from adapters.responses.stream import (
     ResponseMeta,
@@ -26,6 +26,7 @@ __all__ = [
     "builtin_tools",
     "decode_items",
     "encode_response",
+    "image_parts",
     "error_code",
     "input_items",
     "meta_for",

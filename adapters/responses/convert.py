@@ -328,16 +328,21 @@ def _arguments(text: str, param: str) -> dict[str, Any]:
     return value
 
 
+def image_parts(items: list[wire.InputItem]) -> list[wire.ContentPart]:
+    """Every ``input_image`` part, those of function outputs too."""
+    return [
+        part
+        for item in items
+        for content in (item.content, item.output)
+        for part in (content if isinstance(content, list) else ())
+        if part.type == "input_image"
+    ]
+
+
 def remote_image_urls(items: list[wire.InputItem]) -> list[str]:
     """Every http(s) ``input_image`` URL, in order, without repeats (for the proxy)."""
-    urls: dict[str, None] = {}
-    for item in items:
-        for content in (item.content, item.output):
-            for part in content if isinstance(content, list) else ():
-                url = part.image_url
-                if part.type == "input_image" and url and url.lower().startswith(("http://", "https://")):
-                    urls[url] = None
-    return list(urls)
+    urls = [p.image_url for p in image_parts(items) if p.image_url and p.image_url.lower().startswith(("http://", "https://"))]
+    return list(dict.fromkeys(urls))
 
 
-__all__ = ["builtin_tools", "function_tools", "input_items", "remote_image_urls", "to_canonical"]
+__all__ = ["builtin_tools", "function_tools", "image_parts", "input_items", "remote_image_urls", "to_canonical"]

@@ -247,3 +247,24 @@ def test_tls_to_the_checked_address_verifies_the_name(
     assert host.hosts[-1] == f"images.invalid:{port}"
     wrong = ask(fetching, f"https://127.0.0.1:{port}/dot.png")  # listed, but the certificate names images.invalid
     assert wrong.status_code == 400 and "CERTIFICATE_VERIFY_FAILED" in error(wrong)
+
+
+def test_anthropic_and_responses_url_images_follow_the_same_rules(fetching: RunningServer, images: ImageHost) -> None:
+    url = images.url + "/dot.png"
+    source = {"type": "image", "source": {"type": "url", "url": url}}
+    r = httpx.post(fetching.url + "/v1/messages", json={
+        "model": "scripted", "max_tokens": 8, "messages": [{"role": "user", "content": [source, {"type": "text", "text": "?"}]}],
+    }, timeout=30)  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert ScriptedBackend.last_request.messages[0].images[0].data == PNG
+    part = {"type": "input_image", "image_url": url}
+    r = httpx.post(fetching.url + "/v1/responses", json={
+        "model": "scripted", "input": [{"role": "user", "content": [part, {"type": "input_text", "text": "?"}]}],
+    }, timeout=30)  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert ScriptedBackend.last_request.messages[0].images[0].data == PNG
+    # checked before any fetch: a model without vision is refused in the caller's dialect
+    blind = httpx.post(fetching.url + "/v1/messages", json={
+        "model": "blind", "max_tokens": 8, "messages": [{"role": "user", "content": [source]}],
+    }, timeout=30)  # fmt: skip
+    assert blind.status_code == 400 and blind.json()["error"]["message"] == "model 'blind' does not support images"
