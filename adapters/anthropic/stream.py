@@ -99,7 +99,9 @@ def error_message(err: DragomanError) -> str:
     """Anthropic's own words for a prompt that does not fit, which clients (Claude Code)
     recognise: ``prompt is too long: N tokens > M maximum``."""
     if isinstance(err, ContextTooLong) and err.prompt_tokens is not None and err.context_length is not None:
-        return f"prompt is too long: {err.prompt_tokens} tokens > {err.context_length} maximum"
+        words = f"prompt is too long: {err.prompt_tokens} tokens > {err.context_length} maximum"
+        # A prompt far too long is not tokenised: its count is then a lower bound.
+        return words + (f" (at least {err.prompt_tokens} tokens: {err.message})" if err.at_least else "")
     return err.message
 
 

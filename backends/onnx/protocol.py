@@ -163,6 +163,7 @@ class Done(msgspec.Struct, tag="done", frozen=True):
     prompt_eval_ns: int = 0
     eval_ns: int = 0
     text: str = ""  # the held-back tail, released at the end
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 class Failed(msgspec.Struct, tag="failed", frozen=True):

@@ -89,6 +89,8 @@ ERRORS: list[tuple[DragomanError, int, str, str]] = [
     (DragomanError("slow down", status=429), 429, "rate_limit_error", "slow down"),
     (ContextTooLong("n/a", prompt_tokens=3000, context_length=2048), 400, "invalid_request_error",
      "prompt is too long: 3000 tokens > 2048 maximum"),
+    (ContextTooLong("75 KB", prompt_tokens=4700, context_length=2048, at_least=True), 400, "invalid_request_error",
+     "prompt is too long: 4700 tokens > 2048 maximum (at least 4700 tokens: 75 KB)"),
 ]  # fmt: skip
 
 
