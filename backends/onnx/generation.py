@@ -78,8 +78,15 @@ class Generation:
         return not self.prefilled or self.completion_tokens - self.consumed < RUN_AHEAD
 
     def prefill(self, tokens: int) -> int:
-        """Evaluates up to ``tokens`` more prompt tokens; how many it did."""
-        chunk = self.prompt_ids[self.evaluated : self.evaluated + max(1, tokens)]
+        """Evaluates up to ``tokens`` more prompt tokens; how many it did. A pass of one
+        token computes the KV differently in the last bits (the decode path), so no chunk
+        is shorter than two tokens and none leaves one behind: the prompt's KV, and the
+        greedy answer, are then those of one pass over the whole prompt."""
+        remaining = len(self.prompt_ids) - self.evaluated
+        size = min(remaining, max(2, tokens))
+        if remaining - size == 1:
+            size = remaining
+        chunk = self.prompt_ids[self.evaluated : self.evaluated + size]
         began = time.perf_counter_ns()
         self.generator.append_tokens(chunk)
         self.prompt_eval_ns += time.perf_counter_ns() - began

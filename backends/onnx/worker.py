@@ -145,12 +145,15 @@ class Worker:
 
     def _round(self) -> None:
         began = time.perf_counter()
-        for generation in [g for g in self.active.values() if g.prefilled and g.runnable]:
+        stepping = [g for g in self.active.values() if g.prefilled and g.runnable]
+        for generation in stepping:
             self._step(generation)
         decoding = time.perf_counter() - began
         waiting = next((g for g in self.active.values() if not g.prefilled), None)
         if waiting is not None:
-            target = PREFILL_SHARE * decoding if decoding > 0 else LONE_CHUNK_S
+            # (Timed against what actually decoded: an empty round takes microseconds,
+            # which made every lone prompt go one token a pass.)
+            target = PREFILL_SHARE * decoding if stepping else LONE_CHUNK_S
             self._prefill(waiting, max(1, int(target / self._seconds_per_prompt_token)))
 
     def _prefill(self, generation: Generation, tokens: int) -> None:
