@@ -324,6 +324,7 @@ class OnnxBackend:
     def _finish(self, done: Done, parser: OutputParser, began: int, load_ns: int, request: Request) -> Finish:
         reason = "tool_calls" if parser.calls and done.reason == "stop" else done.reason
         stop = done.stop_sequence if done.stop_sequence in (request.options.stop or ()) else None  # not ours
+        self.counters["cached_tokens"] += done.cached_tokens
         return Finish(
             reason=reason,  # type: ignore[arg-type]
             stop_sequence=stop,
@@ -371,6 +372,9 @@ class OnnxBackend:
                 threads=self.settings.threads,
                 grammar_timeout=self.settings.grammar_timeout,
                 grammar_memory=self.settings.grammar_memory,
+                engine=self.settings.engine,
+                prefix_cache_bytes=self.settings.prefix_cache_mib * 1024 * 1024,
+                prefix_cache_entries=self.settings.prefix_cache_entries,
             )
             worker = WorkerClient(
                 config, name=self.name, on_orphan=self._on_orphan, stall_timeout=self.settings.stall_timeout
@@ -380,10 +384,11 @@ class OnnxBackend:
             self.files.forget()
             self._counter = None  # a reload may follow a rebuild
             log.info(
-                "loaded model '%s' on %s (%s) in %.2fs",
+                "loaded model '%s' on %s (%s, %s engine) in %.2fs",
                 self.name,
                 ready.provider,
                 ready.device_type,
+                ready.engine,
                 ready.load_ns / 1e9,
             )
             return time.perf_counter_ns() - began

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from adapters.canonical import TokenLogprob, TopLogprob
+from adapters.canonical import TokenLogprob
 from backends.onnx.guidance import Guide
 from backends.onnx.processors import LogitsProcessor, log_softmax
 from backends.onnx.protocol import RUN_AHEAD, Done, Search, Start, Tokens
 from backends.onnx.sampling import processing_active
+from backends.onnx.token_text import done_report, token_logprob
 from backends.text.stops import StopMatcher
 
 
@@ -120,17 +121,10 @@ class Generation:
         return tokens, None
 
     def done(self, reason: str) -> Done:
-        tail = self.stops.flush() if reason != "cancelled" else ""
-        return Done(
-            self.request_id,
-            reason,  # type: ignore[arg-type]
-            prompt_tokens=len(self.prompt_ids),
-            completion_tokens=self.completion_tokens,
-            prompt_eval_ns=self.prompt_eval_ns,
-            eval_ns=self.eval_ns,
-            text=tail,
-            stop_sequence=self.stops.matched,
-        )
+        return done_report(
+            self.request_id, reason, self.stops, prompt_tokens=len(self.prompt_ids),
+            completion_tokens=self.completion_tokens, prompt_eval_ns=self.prompt_eval_ns, eval_ns=self.eval_ns,
+        )  # fmt: skip
 
     def _prepare_logits(self) -> np.ndarray | None:
         """Masks and processes the logits; returns the log-softmax row (of the
@@ -150,23 +144,7 @@ class Generation:
         return row_logprobs
 
     def _token_logprob(self, token: int, row: np.ndarray) -> TokenLogprob:
-        top: list[TopLogprob] = []
-        k = self.start.top_logprobs
-        if k > 0:
-            best = np.argpartition(-row, k)[:k]
-            best = best[np.argsort(-row[best])]
-            for i in best:
-                spelled, raw_bytes = self._spell(int(i))
-                top.append(TopLogprob(token=spelled, logprob=float(row[i]), bytes=raw_bytes))
-        text, raw = self._spell(token)
-        return TokenLogprob(token=text, logprob=float(row[token]), bytes=raw, top_logprobs=top)
-
-    def _spell(self, token: int) -> tuple[str, list[int]]:
-        raw = self.token_bytes.get(token) if self.token_bytes else None
-        if raw is None:
-            text = self.tokenizer.decode(np.array([token], dtype=np.int32))
-            return text, list(text.encode())
-        return raw.decode("utf-8", errors="replace"), list(raw)
+        return token_logprob(token, row, self.start.top_logprobs, self.token_bytes, self.tokenizer)
 
 
 def search_options(search: Search) -> dict[str, Any]:

@@ -35,6 +35,11 @@ class WorkerConfig(msgspec.Struct, frozen=True):
     threads: int | None = None
     grammar_timeout: float = 5.0  # seconds one grammar may take to compile
     grammar_memory: int = 512 * 1024 * 1024  # bytes it may take (POSIX: enforced)
+    # How generations run: "batch" (the batch engine, CPU), "generator" (the library's
+    # Generator, one per request), "auto" (batch where the model and provider allow).
+    engine: Literal["auto", "batch", "generator"] = "auto"
+    prefix_cache_bytes: int = 256 * 1024 * 1024  # KV of recent prompts kept for reuse (batch engine)
+    prefix_cache_entries: int = 16
 
 
 # -- commands --------------------------------------------------------------------------
@@ -124,6 +129,7 @@ class Ready(msgspec.Struct, tag="ready", frozen=True):
     context_length: int
     load_ns: int
     eos_token_ids: list[int] = []
+    engine: Literal["batch", "generator"] = "generator"  # what runs the generations
 
 
 class LoadFailed(msgspec.Struct, tag="load_failed", frozen=True):
@@ -164,6 +170,7 @@ class Done(msgspec.Struct, tag="done", frozen=True):
     eval_ns: int = 0
     text: str = ""  # the held-back tail, released at the end
     stop_sequence: str | None = None  # the stop string that ended it, if one did
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 class Failed(msgspec.Struct, tag="failed", frozen=True):

@@ -27,11 +27,19 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     template: str | None = None  # a Jinja chat template overriding the model's
     tool_parser: ToolParser = "hermes"
     reasoning_parser: ReasoningParser = "think"
-    max_concurrent: PositiveInt = 4
+    max_concurrent: PositiveInt = 8
     max_queue: Annotated[int, msgspec.Meta(ge=0)] = 16
     prepare: bool = True
     parameter_size: str | None = None
     quantization_level: str | None = None
+    # How generations run (backends/onnx/batch.py): "auto" batches concurrent requests
+    # in one forward pass on CPU (the library's Generator elsewhere, and for models the
+    # batch engine cannot run); "generator" always uses the library's Generator.
+    engine: Literal["auto", "batch", "generator"] = "auto"
+    # KV state of recent prompts kept so the next request sharing a prefix (the next
+    # turn of a chat, the same system prompt) skips computing it. 0 turns it off.
+    prefix_cache_mib: Annotated[int, msgspec.Meta(ge=0)] = 256
+    prefix_cache_entries: PositiveInt = 16
     # ``embed``: an embedding model (an encoder export, or a decoder export that
     # outputs hidden_states); unset ``path`` is then the default all-MiniLM-L6-v2.
     task: Literal["chat", "embed"] = "chat"

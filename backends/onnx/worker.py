@@ -1,5 +1,10 @@
 """The worker process: one loaded model, every active request interleaved.
 
+On CPU the batch engine (:mod:`backends.onnx.batch`) runs the rounds: one forward pass
+advances every generation, a long prompt is prefilled in chunks between them, and the
+KV of recent prompts is reused. Elsewhere (CUDA, DirectML, ``engine: generator``, or a
+model the engine cannot run) each request has a library Generator, as described here:
+
 ``python -m backends.onnx.worker '<WorkerConfig JSON>'``. A reader thread turns stdin
 frames into commands on a queue; a preparation thread (:mod:`backends.onnx.preparation`)
 tokenises prompts and compiles grammars and puts its results on the same queue; the
@@ -28,8 +33,12 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from backends.onnx.batch import BatchEngine
+from backends.onnx.decoder import Decoder, Unsupported, self_check
 from backends.onnx.generation import Generation, GuideFailed
+from backends.onnx.prefix_cache import PrefixCache
 from backends.onnx.preparation import NotPrepared, Prepared, Preparation
+from backends.onnx.processors import LogitsProcessor
 from backends.onnx.protocol import (
     Cancel,
     Command,
@@ -49,7 +58,10 @@ from backends.onnx.protocol import (
     encode_frame,
     read_frame,
 )
-from backends.onnx.providers import load_model
+from backends.onnx.providers import ProviderError, load_model
+from backends.onnx.sampler import Sampler
+from backends.onnx.sampling import processing_active
+from backends.onnx.sequence import Sequence
 from backends.onnx.vocab import load_token_bytes
 
 log = logging.getLogger("dragoman.onnx.worker")
@@ -62,15 +74,21 @@ LONE_CHUNK_S = 0.25
 
 
 class Worker:
+    """``model``: the library's model (Generator path), or None with ``engine``."""
+
     def __init__(
-        self, og: Any, model: Any, model_dir: Path, out: BinaryIO, commands: queue.Queue[Any], preparation: Preparation
-    ) -> None:
+        self, og: Any, model: Any, model_dir: Path, out: BinaryIO, commands: queue.Queue[Any], preparation: Preparation,
+        engine: BatchEngine | None = None,
+    ) -> None:  # fmt: skip
         self.og = og
         self.model = model
+        self.engine = engine
         self.out = out
         self.commands = commands
         self.preparation = preparation
-        self.tokenizer = og.Tokenizer(model)
+        # Tokenizers need no loaded model: the engine path never loads the library's.
+        self._tokenizer_source = model if model is not None else og.Config(str(model_dir))
+        self.tokenizer = og.Tokenizer(self._tokenizer_source)
         preparation.tokenizer.library = self.tokenizer
         self._special_tokenizer: Any = None
         self.eos_ids = frozenset(int(i) for i in self.tokenizer.eos_token_ids)
@@ -84,7 +102,7 @@ class Worker:
 
     def run(self) -> None:
         while True:
-            idle = not any(g.runnable for g in self.active.values())
+            idle = not (self.engine.runnable if self.engine else any(g.runnable for g in self.active.values()))
             for item in self._drain(block=idle):
                 if isinstance(item, Shutdown):
                     return
@@ -99,8 +117,8 @@ class Worker:
         elif isinstance(item, Cancel):
             self._cancel(item.request_id)
         elif isinstance(item, Credit):
-            generation = self.active.get(item.request_id)
-            if generation is not None:
+            generation = self.active.get(item.request_id) or (self.engine and self.engine.find(item.request_id))
+            if generation:
                 generation.consumed = max(generation.consumed, item.consumed)
         elif isinstance(item, Ping):
             self.send(Pong(item.seq))
@@ -128,6 +146,9 @@ class Worker:
             return
         n = len(prepared.prompt_ids)
         budget = prepared.context if start.max_new_tokens is None else min(prepared.context, n + start.max_new_tokens)
+        if self.engine is not None:
+            self._begin_batch(self.engine, prepared, budget)
+            return
         try:
             generation = Generation(
                 self.og, self.model, self._tokenizer_for(start), start, prepared.prompt_ids, budget, self.eos_ids,
@@ -143,7 +164,44 @@ class Worker:
             return
         self.active[rid] = generation
 
+    def _begin_batch(self, engine: BatchEngine, prepared: Prepared, budget: int) -> None:
+        start, prompt = prepared.start, prepared.prompt_ids
+        decoder = engine.decoder
+        try:
+            sequence = Sequence(
+                start, prompt, budget,
+                sampler=Sampler(start.search, decoder.layout.search_defaults, decoder.vocab_size, prompt),
+                processor=LogitsProcessor(start.processing) if processing_active(start.processing) else None,
+                guide=prepared.guide, tokenizer=self._tokenizer_for(start), eos_ids=self.eos_ids,
+                token_bytes=self.token_bytes,
+            )  # fmt: skip
+        except Exception as exc:  # one bad request must not take the model down
+            log.exception("request %s could not start", start.request_id)
+            self.send(Failed(start.request_id, f"could not start: {type(exc).__name__}: {exc}"))
+            return
+        self.send(Started(start.request_id, prompt_tokens=len(prompt), max_length=budget))
+        if start.max_new_tokens == 0:
+            self.send(sequence.done("length"))
+            return
+        engine.admit(sequence)
+
+    def _round_batch(self, engine: BatchEngine) -> None:
+        if not engine.runnable:
+            return
+        try:
+            reports = engine.step()
+        except Exception as exc:  # a forward pass failed: every sequence in it is lost
+            log.exception("a batch step failed")
+            for sequence in engine.reset():
+                self.send(Failed(sequence.request_id, f"generation failed: {type(exc).__name__}: {exc}"))
+            return
+        for _, report in reports:
+            self.send(report)
+
     def _round(self) -> None:
+        if self.engine is not None:
+            self._round_batch(self.engine)
+            return
         began = time.perf_counter()
         stepping = [g for g in self.active.values() if g.prefilled and g.runnable]
         for generation in stepping:
@@ -186,9 +244,9 @@ class Worker:
             self.send(done)
 
     def _cancel(self, request_id: int) -> None:
-        generation = self.active.pop(request_id, None)
+        generation = self.active.pop(request_id, None) or (self.engine and self.engine.cancel(request_id))
         self.pending.discard(request_id)
-        if generation is not None:
+        if generation:
             self.send(generation.done("cancelled"))
         else:  # finished already, being prepared, or never started: confirm anyway
             self.send(Done(request_id, "cancelled", prompt_tokens=0, completion_tokens=0))
@@ -197,7 +255,7 @@ class Worker:
         if not start.special_tokens:
             return self.tokenizer
         if self._special_tokenizer is None:
-            self._special_tokenizer = self.og.Tokenizer(self.model)
+            self._special_tokenizer = self.og.Tokenizer(self._tokenizer_source)
             self._special_tokenizer.update_options(skip_special_tokens=False)
         return self._special_tokenizer
 
@@ -208,6 +266,36 @@ def _model_context_length(model_dir: Path) -> int | None:
         return int(config["model"]["context_length"])
     except (OSError, KeyError, TypeError, ValueError, msgspec.DecodeError):
         return None
+
+
+def _load(config: WorkerConfig) -> tuple[Any, BatchEngine | None, str]:
+    """(library model or None, batch engine or None, provider). A GPU provider, when
+    one is a candidate and loads, gets the library's Generator; CPU gets the batch
+    engine unless the model does not fit it (then the Generator, said in the log)."""
+    path = Path(config.model_path)
+    others = [p for p in config.providers if p != "cpu"]
+    options = {"provider_options": config.provider_options, "threads": config.threads}
+    if config.engine == "batch" and "cpu" not in config.providers:
+        raise ProviderError(f"engine: batch runs on CPU only; the providers here are {', '.join(config.providers)}")
+    if others and config.engine != "batch":
+        try:
+            model, provider = load_model(path, others, **options)  # type: ignore[arg-type]
+            return model, None, provider
+        except ProviderError:
+            if "cpu" not in config.providers:
+                raise
+    if config.engine != "generator":
+        try:
+            decoder = Decoder(path, threads=config.threads)
+            self_check(decoder)
+            cache = PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
+            return None, BatchEngine(decoder, cache, decoder.layout.context_length), "cpu"
+        except Unsupported as exc:
+            if config.engine == "batch":
+                raise
+            log.warning("%s runs on the library's Generator (no batching, no prefix reuse): %s", path, exc)
+    model, provider = load_model(path, ["cpu"], **options)  # type: ignore[arg-type]
+    return model, None, provider
 
 
 def _read_commands(stream: BinaryIO, commands: queue.Queue[Any]) -> None:
@@ -235,15 +323,13 @@ def main(argv: list[str]) -> int:
     try:
         import onnxruntime_genai as og
 
-        model, provider = load_model(
-            model_dir, config.providers, provider_options=config.provider_options, threads=config.threads
-        )  # type: ignore[arg-type]
-        eos_ids = sorted(int(i) for i in og.Tokenizer(model).eos_token_ids)
+        model, engine, provider = _load(config)
+        eos_ids = sorted(int(i) for i in og.Tokenizer(model if model is not None else og.Config(str(model_dir))).eos_token_ids)
         preparation = Preparation(
             model_dir, eos_ids, commands, context_length=_model_context_length(model_dir),
             grammar_timeout=config.grammar_timeout, grammar_memory=config.grammar_memory,
         )  # fmt: skip
-        worker = Worker(og, model, model_dir, out, commands, preparation)
+        worker = Worker(og, model, model_dir, out, commands, preparation, engine)
     except Exception as exc:
         out.write(encode_frame(LoadFailed(f"{type(exc).__name__}: {exc}")))
         out.flush()
@@ -251,10 +337,11 @@ def main(argv: list[str]) -> int:
     preparation.begin()
     ready = Ready(
         provider=provider,
-        device_type=str(model.device_type),
+        device_type=str(model.device_type) if model is not None else "CPU",
         context_length=preparation.context_length or 0,
         load_ns=time.perf_counter_ns() - began,
         eos_token_ids=sorted(worker.eos_ids),
+        engine="batch" if engine is not None else "generator",
     )
     worker.send(ready)
     out.flush()
