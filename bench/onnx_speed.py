@@ -139,14 +139,17 @@ async def single_stream(bench: Bench, out: dict[str, Any]) -> None:
     ttft: dict[str, list[float]] = {v: [] for v in bench.variants()}
     texts: dict[str, set[str]] = {v: set() for v in bench.variants()}
     message = [{"role": "user", "content": PROMPT}]
-    out["ttft_prompt_tokens"] = len(bench.raw.prompt_ids(message))
+    session = [{"role": "system", "content": "Session 0. You are a helpful AI assistant."}, *message]
+    out["ttft_prompt_tokens"] = len(bench.raw.prompt_ids(session))
     for rep in range(args.rounds):
         for variant in rotated(list(decode), rep):
             stream = await bench.generate(variant, message, args.new_tokens, reuse=False)
             decode[variant].append(stream.decode_tps)
             texts[variant].add(stream.text)
-        for k in range(args.ttft_reps):  # a different user message each time: only the template's head repeats
-            numbered = [{"role": "user", "content": f"({rep * args.ttft_reps + k}) {PROMPT}"}]
+        for k in range(args.ttft_reps):
+            # A different first line every time: nothing is reused, the overhead is the gateway's.
+            numbered = [{"role": "system", "content": f"Session {rep * args.ttft_reps + k}. You are a helpful AI assistant."},
+                        {"role": "user", "content": PROMPT}]  # fmt: skip
             for variant in rotated(list(ttft), rep + k):
                 ttft[variant].append((await bench.generate(variant, numbered, 2, reuse=False)).ttft_ms)
         print(f"  round {rep + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in decode.items()) + " tok/s", flush=True)
@@ -154,13 +157,15 @@ async def single_stream(bench: Bench, out: dict[str, Any]) -> None:
     out["same_text"] = {v: len(t) == 1 for v, t in texts.items()}
 
 
-def six_turn_chat(bench: Bench, reply_tokens: int) -> list[prompts.Messages]:
-    """Turn k's request (k = 1..6): system, then k user turns with the raw loop's greedy
-    replies between them (the replies any dragoman gives, at temperature 0)."""
+def six_turn_chat(bench: Bench, reply_tokens: int, conversation: int) -> list[prompts.Messages]:
+    """Turn k's request (k = 1..6) of one conversation: system, then k user turns with the
+    raw loop's greedy replies between them (the replies any dragoman gives, at
+    temperature 0). Every round has a conversation of its own, so its turn 6 is new."""
     messages = [{"role": "system", "content": prompts.chat_system()}]
     requests = []
     for turn in range(1, 7):
-        messages = [*messages, {"role": "user", "content": prompts.user_turn(bench.count, turn, bench.args.turn_tokens)}]
+        text = prompts.user_turn(bench.count, turn, bench.args.turn_tokens, conversation)
+        messages = [*messages, {"role": "user", "content": text}]
         requests.append(messages)
         if turn < 6:
             reply = bench.raw.run(messages, reply_tokens).text.strip()
@@ -170,17 +175,14 @@ def six_turn_chat(bench: Bench, reply_tokens: int) -> list[prompts.Messages]:
 
 async def chat_turns(bench: Bench, out: dict[str, Any]) -> None:
     args = bench.args
-    turns = six_turn_chat(bench, args.reply_tokens)
-    last = turns[-1]
-    out["chat_prompt_tokens"] = len(bench.raw.prompt_ids(last))
-    print(f"  6-turn chat: {out['chat_prompt_tokens']} prompt tokens at turn 6", flush=True)
     variants = bench.variants(raw=False)
     warm: dict[str, list[float]] = {v: [] for v in variants}
     cold: dict[str, list[float]] = {v: [] for v in variants}
-    for variant in variants:  # turns 1–4 once: what a client has sent before
-        for messages in turns[:4]:
-            await bench.generate(variant, messages, args.reply_tokens)
+    lengths = []
     for rep in range(args.rounds):
+        turns = six_turn_chat(bench, args.reply_tokens, conversation=rep)
+        last = turns[-1]
+        lengths.append(len(bench.raw.prompt_ids(last)))
         for variant in rotated(variants, rep):
             await bench.generate(variant, turns[4], args.reply_tokens)  # turn 5, as the client just sent it
             warm[variant].append((await bench.generate(variant, last, args.next_tokens)).ttft_ms)
@@ -189,6 +191,7 @@ async def chat_turns(bench: Bench, out: dict[str, Any]) -> None:
         print(f"  round {rep + 1}: " + ", ".join(f"{v} {warm[v][-1]:.0f}/{cold[v][-1]:.0f}" for v in variants)
               + " ms (next turn / cold)", flush=True)  # fmt: skip
     out["chat"] = {"next_turn_ms": warm, "cold_ms": cold}
+    out["chat_prompt_tokens"] = int(statistics.median(lengths))
 
 
 async def shared_system(bench: Bench, out: dict[str, Any]) -> None:
@@ -306,6 +309,8 @@ async def measure(bench: Bench, servers: dict[str, subprocess.Popen[bytes]], out
         print(title, flush=True)
         await section(bench, out)
         out["rss_now_mib"] = {v: worker_rss(p) for v, p in servers.items()}
+    await asyncio.sleep(2)  # idle: the running requests' KV is released, the prefix cache stays
+    out["rss_idle_end_mib"] = {v: worker_rss(p) for v, p in servers.items()}
 
 
 def main() -> int:

@@ -124,12 +124,14 @@ def rows(out: dict[str, Any]) -> list[tuple[str, ...]]:
                  f"1 worker {med(proxy['dragoman']):,.0f}",
                  _verdict(med(paired(proxy["dragoman, 2 workers"], proxy["dragoman"], "/")), 1.7, at_most=False))
     if "rss_peak_mib" in out:
-        after = out["rss_after_warmup_mib"]
-        line("model worker RSS (MiB): after warm-up → peak",
-             {n: f"{after.get(n, 0):.0f} → " + (f"{out['rss_peak_mib']['worker']:.0f}" if n == OURS else
-                                                f"{out.get('rss_now_mib', {}).get(n, 0):.0f} (at the end)")
-              for n in names},
-             out.get("kv_setting", "–"), "–")  # fmt: skip
+        after, idle = out["rss_after_warmup_mib"], out.get("rss_idle_end_mib", {})
+        cache = out.get("prefix_cache_mib", 256)
+        bound = after.get(OURS, 0) + cache
+        line("model worker RSS (MiB): after warm-up → peak → idle at the end",
+             {n: f"{after.get(n, 0):.0f} → " + (f"{out['rss_peak_mib']['worker']:.0f}" if n == OURS else "–")
+                 + f" → {idle.get(n, 0):.0f}" for n in names},
+             f"prefix cache bound {cache} MiB (prefix_cache_mib): warm-up + bound = {bound:.0f}",
+             f"idle {'within' if idle.get(OURS, 0) <= bound else 'above'} the bound" if idle else "–")  # fmt: skip
     return table
 
 

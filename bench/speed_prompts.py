@@ -44,8 +44,8 @@ def text_of(count: Callable[[str], int], tokens: int, seed: int) -> str:
     return " ".join(out)
 
 
-def user_turn(count: Callable[[str], int], turn: int, tokens: int) -> str:
-    notes = text_of(count, tokens, seed=turn)
+def user_turn(count: Callable[[str], int], turn: int, tokens: int, conversation: int = 0) -> str:
+    notes = text_of(count, tokens, seed=conversation * 10 + turn)
     return f"Here is part {turn} of my notes:\n{notes}\nSummarise the main point of this part in two sentences."
 
 
