@@ -20,6 +20,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "ctransformers": "backends.ctransformers:CTransformersBackend",
     "openai": "backends.upstream:OpenAIBackend",
     "ollama": "backends.upstream:OllamaBackend",
+    "anthropic": "backends.upstream:AnthropicBackend",
 }
 
 # What to install when a built-in backend's module cannot be imported.

@@ -47,6 +47,7 @@ def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
         messages=_messages(request.messages),
         tools=tools,
         tool_choice=_tool_choice(request.tool_choice, tools),
+        parallel_tool_calls=False if request.parallel_tool_calls is False else None,
         options=_options(request),
         response_format=_response_format(request.response_format),
         think=think,

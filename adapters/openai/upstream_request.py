@@ -22,6 +22,7 @@ from adapters.canonical import (
     Tool,
 )
 from adapters.errors import UnsupportedFeature
+from adapters.call_ids import paired_calls
 from adapters.images import sniff_image_mime
 from adapters.openai.ids import new_call_id
 from adapters.tool_choice import wire_tool_choice
@@ -53,6 +54,8 @@ def to_upstream(request: ChatRequest, model: str, *, extra_options: bool = False
         body["tools"] = [_upstream_tool(tool) for tool in request.tools]
         if (choice := wire_tool_choice(request.tool_choice)) is not None:
             body["tool_choice"] = choice
+        if request.parallel_tool_calls is False:
+            body["parallel_tool_calls"] = False
     if request.response_format.type != "text":
         body["response_format"] = _upstream_format(request.response_format)
     effort = _upstream_effort(request)
@@ -145,43 +148,28 @@ def _upstream_effort(request: ChatRequest) -> str | None:
 
 
 def _upstream_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """OpenAI servers insist that each tool result names the call it answers; Ollama
-    clients often send calls without ids and results without ``tool_call_id``, so
-    both are filled in, pairing a result with an open call of the same name."""
     converted: list[dict[str, Any]] = []
-    open_calls: list[tuple[str, str]] = []  # (id, name) of calls not yet answered
-    for message in messages:
+    for message in paired_calls(messages, new_call_id):
         if message.role == "assistant":
-            ids = [call.id or new_call_id() for call in message.tool_calls]
-            open_calls = [(call_id, call.name) for call_id, call in zip(ids, message.tool_calls)]
-            converted.append(_upstream_assistant(message, ids))
+            converted.append(_upstream_assistant(message))
         elif message.role == "tool":
-            call_id = message.tool_call_id or _answered_call(open_calls, message.tool_name)
-            open_calls = [(i, n) for i, n in open_calls if i != call_id]
-            converted.append({"role": "tool", "tool_call_id": call_id, "content": message.text})
+            converted.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text})
         else:
             converted.append(_upstream_plain(message))
     return converted
 
 
-def _answered_call(open_calls: list[tuple[str, str]], name: str | None) -> str:
-    for call_id, call_name in open_calls:
-        if call_name == name:
-            return call_id
-    return open_calls[0][0] if open_calls else new_call_id()
-
-
-def _upstream_assistant(message: Message, ids: list[str]) -> dict[str, Any]:
+def _upstream_assistant(message: Message) -> dict[str, Any]:
     text = message.text
     converted: dict[str, Any] = {"role": "assistant", "content": text or (None if message.tool_calls else "")}
     if message.tool_calls:
         converted["tool_calls"] = [
             {
-                "id": call_id,
+                "id": call.id,
                 "type": "function",
                 "function": {"name": call.name, "arguments": _encoder.encode(call.arguments).decode()},
             }
-            for call_id, call in zip(ids, message.tool_calls)
+            for call in message.tool_calls
         ]
     if message.name:
         converted["name"] = message.name

@@ -376,7 +376,7 @@ class UpstreamResponse(msgspec.Struct):
 
 
 class UpstreamEvent(msgspec.Struct):
-    """One stream event (or a whole reply, or an error body): read by ``type``."""
+    """One stream event, read by ``type``."""
 
     type: str = ""
     response: UpstreamResponse | None = None
@@ -387,9 +387,3 @@ class UpstreamEvent(msgspec.Struct):
     message: str | None = None
     code: str | None = None
     error: UpstreamError | str | None = None
-    # a whole response object has these at the top level
-    id: str | None = None
-    status: str | None = None
-    output: list[UpstreamItem] | None = None
-    usage: UpstreamUsage | None = None
-    incomplete_details: UpstreamIncomplete | None = None

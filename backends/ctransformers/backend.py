@@ -199,6 +199,30 @@ class CTransformersBackend:
     def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
         return self._run(request, lambda file: self._chat_prompt(request, file))
 
+    async def count_tokens(self, request: ChatRequest) -> int:
+        """The prompt's length by the library's own tokenizer, on the worker thread. A
+        prompt that cannot fit the context is refused as a generation would refuse it,
+        before the library tokenises it (its tokenizer is slow on huge inputs)."""
+        async with self.residency.request(request.keep_alive):
+            await self._ensure_loaded()
+            pool, file, executor = self._pool, self._file, self._executor
+            assert pool is not None and file is not None and executor is not None
+            segments, _ = self._chat_prompt(request, file)
+            limit = min(self._context_length, request.options.num_ctx or self._context_length)
+            at_least = fewest_tokens(segments, file.longest_token_bytes)
+            if at_least >= limit:
+                raise ContextTooLong(
+                    f"the prompt is {prompt_bytes(segments)} bytes, so at least {at_least} tokens; model "
+                    f"'{self.name}' has a context of {limit}",
+                    param="messages", prompt_tokens=at_least, context_length=limit, at_least=True,
+                )  # fmt: skip
+            llm = await pool.acquire(self.name)
+            try:
+                job = functools.partial(generation.tokenize, llm, pieces_of(segments, file.special_tokens), add_bos=file.add_bos)
+                return len(await asyncio.wrap_future(executor.submit(job)))
+            finally:
+                pool.release(llm)
+
     def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
         """Templated: the chat it means. Raw: the prompt as it is, its special tokens
         special (api-mapping §7), and only the client's own stops. With a suffix: the

@@ -91,9 +91,9 @@ class HttpUpstreamBackend:
         self._timeout = httpx.Timeout(connect=s.connect_timeout, read=None, write=s.idle_timeout, pool=None)
         self._secret = s.secret_key
         # Bodies are read raw, chunk by chunk: ask for them uncompressed.
-        self._headers = {"content-type": "application/json", "accept-encoding": "identity"}
+        self._headers = {"content-type": "application/json", "accept-encoding": "identity", **self.dialect_headers()}
         if self._secret:
-            self._headers["authorization"] = Secret(f"Bearer {self._secret}")
+            self._headers.update(self.auth_headers(Secret(f"Bearer {self._secret}")))
         self._first_byte_silence = f"{s.first_byte_timeout:g}s (first_byte_timeout)"
         self._total_silence = f"{s.total_timeout:g}s (total_timeout)"
         self.catalog = (
@@ -106,6 +106,14 @@ class HttpUpstreamBackend:
         """The chat body for the upstream, which knows the model as ``model``; it asks
         for a stream when the client did."""
         raise NotImplementedError
+
+    def dialect_headers(self) -> dict[str, str]:
+        """Headers every request of the dialect carries (Anthropic's version)."""
+        return {}
+
+    def auth_headers(self, authorization: Secret) -> dict[str, str]:
+        """The credentials, given as an ``Authorization`` value, as the dialect sends them."""
+        return {"authorization": authorization}
 
     def completion_call(self, request: CompletionRequest, model: str) -> Call:
         """The request a completion becomes: the dialect's completion endpoint, or
@@ -261,7 +269,7 @@ class HttpUpstreamBackend:
         headers = self._headers
         forwarded = request.authorization if request is not None and self.settings.forward_auth else None
         if forwarded:
-            headers = {**headers, "authorization": forwarded}
+            headers = {**headers, **self.auth_headers(forwarded)}
         elif endpoint.authorization and not self._secret:
             headers = {**headers, "authorization": endpoint.authorization}
         return headers, Redactor([self._secret, *endpoint.secrets, *bearer_secrets(forwarded)])

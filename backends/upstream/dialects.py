@@ -19,8 +19,11 @@ from adapters.openai import embed as openai_embed
 from adapters.errors import DragomanError
 from adapters.ollama import generate
 from backends.base import ModelDetails
+from adapters.responses import upstream_reply as responses_reply
+from adapters.responses import upstream_request as responses_upstream
 from backends.upstream.backend import Call, HttpUpstreamBackend, StreamDecoder
 from backends.upstream.discovery import parse_ollama_tags, parse_openai_models
+from backends.upstream.settings import OpenAISettings
 from backends.upstream.tool_choice import require_tool_call
 
 log = structlog.get_logger("dragoman.upstream")
@@ -28,10 +31,13 @@ log = structlog.get_logger("dragoman.upstream")
 
 class OpenAIBackend(HttpUpstreamBackend):
     """Any OpenAI-compatible server (vLLM, llama-server, hosted APIs); ``base_url``
-    ends where the API's paths begin, usually in ``/v1``."""
+    ends where the API's paths begin, usually in ``/v1``. ``api: responses`` sends chats
+    to the server's ``/responses`` instead of ``/chat/completions``."""
 
+    Settings = OpenAISettings
     chat_path = "/chat/completions"
     completion_path = "/completions"
+    responses_path = "/responses"
     models_path = "/models"
     kind = "openai"
 
@@ -48,6 +54,13 @@ class OpenAIBackend(HttpUpstreamBackend):
         body, dropped = openai.completion_to_upstream(request, model, extra_options=self.settings.extra_options)
         self._log_dropped(request.model, dropped)
         return Call(self.completion_path, body, self.decoder, self.parse_response)
+
+    def chat_call(self, request: ChatRequest, model: str) -> Call:
+        if self.settings.api != "responses":  # type: ignore[attr-defined]
+            return super().chat_call(request, model)
+        body, dropped = responses_upstream.to_upstream(request, model)
+        self._log_dropped(request.model, dropped)
+        return Call(self.responses_path, body, responses_reply.UpstreamStreamDecoder, responses_reply.parse_upstream_response)
 
     def _log_dropped(self, model: str, dropped: list[str]) -> None:
         if dropped:

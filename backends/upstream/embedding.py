@@ -1,4 +1,5 @@
-"""Embedding requests to an upstream, with chat's endpoints, failover and timeouts.
+"""Embedding requests (and other whole-reply POSTs) to an upstream, with chat's
+endpoints, failover and timeouts.
 
 A reply is read whole before anything is returned, so every failure before it is
 complete may go to another endpoint, as a non-streaming chat does; a 4xx is the
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from adapters.canonical import EmbedRequest, EmbedResult
+from adapters.canonical import EmbedRequest, EmbedResult, Request
 from adapters.errors import BackendError, DragomanError
 from backends.upstream.endpoints import Endpoint
 from backends.upstream.exchange import Failed, open_reply, read_rest
@@ -20,10 +21,22 @@ if TYPE_CHECKING:
 
 
 async def embed_upstream(backend: HttpUpstreamBackend, request: EmbedRequest) -> EmbedResult:
+    path, body = backend.encode_embed(request, backend.settings.model or request.model)
+    raw, endpoint = await post_whole(backend, path, body, request)
+    try:
+        return backend.parse_embed(raw, len(request.inputs))
+    except ValueError as exc:
+        raise BackendError(f"model '{request.model}': upstream {endpoint.label}: {exc}") from None
+
+
+async def post_whole(
+    backend: HttpUpstreamBackend, path: str, body: bytes, request: EmbedRequest | Request
+) -> tuple[bytes, Endpoint]:
+    """The whole 2xx reply body of a POST below the base URL, and the endpoint that gave
+    it (embeddings; Anthropic's count_tokens)."""
     loop = asyncio.get_running_loop()
     s = backend.settings
     total_deadline = loop.time() + s.total_timeout
-    path, body = backend.encode_embed(request, s.model or request.model)
     failures: list[tuple[Endpoint, Failed]] = []
     attempts = backend.pool.order()
     for endpoint in attempts * 2 if len(attempts) == 1 else attempts:
@@ -58,11 +71,8 @@ async def embed_upstream(backend: HttpUpstreamBackend, request: EmbedRequest) ->
             raise
         finally:
             endpoint.outstanding -= 1
-        try:
-            return backend.parse_embed(raw, len(request.inputs))
-        except ValueError as exc:
-            raise BackendError(f"model '{request.model}': upstream {endpoint.label}: {exc}") from None
+        return raw, endpoint
     raise backend._exhausted(request.model, failures)
 
 
-__all__ = ["embed_upstream"]
+__all__ = ["embed_upstream", "post_whole"]

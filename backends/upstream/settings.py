@@ -7,6 +7,8 @@ started, a gap longer than ``idle_timeout`` between two chunks means it is stuck
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from adapters.canonical import Secret
@@ -77,7 +79,24 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         shown["base_url"] = display_url(self.base_url) if self.base_url else None
         shown["endpoints"] = [display_url(url) for url in self.endpoints]
         key = ", api_key='***'" if self.api_key else ""
-        return f"UpstreamSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())}{key})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())}{key})"
 
 
-__all__ = ["UpstreamSettings"]
+class OpenAISettings(UpstreamSettings, frozen=True):
+    # chat: /chat/completions. responses: the upstream's /responses (stateless: the
+    # whole conversation every time, store false).
+    api: Literal["chat", "responses"] = "chat"
+
+
+class AnthropicSettings(UpstreamSettings, frozen=True):
+    anthropic_version: str = "2023-06-01"
+    # Anthropic requires max_tokens; used when the client set none.
+    max_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_tokens < 1:
+            raise ValueError("'max_tokens' must be at least 1")
+
+
+__all__ = ["AnthropicSettings", "OpenAISettings", "UpstreamSettings"]

@@ -7,13 +7,17 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from backends import registry
-from backends.upstream import OllamaBackend, OpenAIBackend, UpstreamSettings
+from backends.upstream import AnthropicBackend, OllamaBackend, OpenAIBackend, UpstreamSettings
+from backends.upstream.settings import AnthropicSettings, OpenAISettings
 
 
 def test_builtin_names() -> None:
     assert registry.backend_class("openai") is OpenAIBackend
     assert registry.backend_class("ollama") is OllamaBackend
-    assert registry.settings_type("openai") is UpstreamSettings
+    assert registry.backend_class("anthropic") is AnthropicBackend
+    assert registry.settings_type("ollama") is UpstreamSettings
+    assert registry.settings_type("openai") is OpenAISettings  # adds api: chat | responses
+    assert registry.settings_type("anthropic") is AnthropicSettings
 
 
 def test_module_colon_class() -> None:
@@ -33,7 +37,7 @@ def test_entry_point_group(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_name_lists_known_backends() -> None:
-    with pytest.raises(KeyError, match="unknown backend 'nope'; known backends: ctransformers, ollama, onnx, openai"):
+    with pytest.raises(KeyError, match="unknown backend 'nope'; known backends: anthropic, ctransformers, ollama, onnx, openai"):
         registry.backend_class("nope")
 
 

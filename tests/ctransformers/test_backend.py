@@ -278,3 +278,9 @@ async def test_fill_in_the_middle_pieces(backend: CTransformersBackend) -> None:
     assert pieces_of(segments, specials) == [90001, "def f(<fim_middle>", 90002, "):", 90003]
     with pytest.raises(UnsupportedFeature, match="does not support insert"):
         backend._completion(completion("x", suffix="y"), backend._file)
+
+
+async def test_count_tokens_is_the_prompt_a_generation_reads(backend: CTransformersBackend) -> None:
+    request = capital(num_predict=1)
+    counted = await backend.count_tokens(request)
+    assert counted == finish_of(await collect(backend.chat(request))).usage.prompt_tokens > 5

@@ -53,6 +53,41 @@ OLLAMA_SCRIPT: dict[str, Reply | list[Reply]] = {
 }
 
 
+ANTHROPIC_SCRIPT: dict[str, Reply | list[Reply]] = {
+    "an-text": Reply("anthropic/claude_text.sse", whole="anthropic/claude_text.json"),
+    "an-tools": Reply("anthropic/claude_thinking_tool_use.sse", whole="anthropic/claude_thinking_tool_use.json"),
+    "an-stop": Reply("anthropic/claude_stop_sequence.sse"),
+    "an-max": Reply("anthropic/claude_max_tokens.sse"),
+    "an-midstream": Reply("anthropic/claude_midstream_overloaded.sse"),
+    "an-529": Reply("anthropic/error_overloaded.json", status=529, headers={"Retry-After": "4"}),
+    "an-400": Reply("anthropic/error_invalid.json", status=400),
+    "an-401": Reply("anthropic/error_auth.json", status=401),
+    "an-count": Reply("anthropic/count_tokens.json"),
+    "/v1/models": Reply("anthropic/models.json"),
+}
+
+RESPONSES_SCRIPT: dict[str, Reply | list[Reply]] = {
+    "rs-text": Reply("responses/gpt_text.sse", whole="responses/gpt_text.json"),
+    "rs-tools": Reply("responses/gpt_reasoning_function_calls.sse", whole="responses/gpt_reasoning_function_calls.json"),
+    "rs-incomplete": Reply("responses/gpt_incomplete.sse"),
+    "rs-failed": Reply("responses/gpt_failed.sse"),
+    "rs-400": Reply("responses/error_400.json", status=400),
+    "/v1/models": Reply("openai/models.json"),
+}
+
+
+@pytest.fixture(scope="module")
+def anthropic_upstream() -> Iterator[ReplayServer]:
+    with replay_server(ANTHROPIC_SCRIPT) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def responses_upstream() -> Iterator[ReplayServer]:
+    with replay_server(RESPONSES_SCRIPT) as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def openai_upstream() -> Iterator[ReplayServer]:
     with replay_server(OPENAI_SCRIPT) as server:
@@ -66,7 +101,10 @@ def ollama_upstream() -> Iterator[ReplayServer]:
 
 
 @pytest.fixture(scope="module")
-def gateway(openai_upstream: ReplayServer, ollama_upstream: ReplayServer) -> Iterator[RunningServer]:
+def gateway(
+    openai_upstream: ReplayServer, ollama_upstream: ReplayServer, anthropic_upstream: ReplayServer,
+    responses_upstream: ReplayServer,
+) -> Iterator[RunningServer]:
     config = config_from_yaml(
         f"""\
         models:
@@ -77,6 +115,16 @@ def gateway(openai_upstream: ReplayServer, ollama_upstream: ReplayServer) -> Ite
           - name: "ol-*"
             backend: ollama
             base_url: {ollama_upstream.url}
+            idle_timeout: {IDLE_TIMEOUT}
+          - name: "an-*"
+            backend: anthropic
+            base_url: {anthropic_upstream.url}
+            api_key: sk-ant-test
+            idle_timeout: {IDLE_TIMEOUT}
+          - name: "rs-*"
+            backend: openai
+            api: responses
+            base_url: {responses_upstream.url}/v1
             idle_timeout: {IDLE_TIMEOUT}
         """
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anthropic
 import ollama
 import openai
 import pytest
@@ -24,6 +25,8 @@ def bridge(real_server: RunningServer) -> Iterator[RunningServer]:
         models:
           - {{name: via-openai, backend: openai, base_url: "{real_server.url}/v1", model: "{MODEL}"}}
           - {{name: via-ollama, backend: ollama, base_url: "{real_server.url}", model: "{MODEL}"}}
+          - {{name: via-anthropic, backend: anthropic, base_url: "{real_server.url}", model: "{MODEL}"}}
+          - {{name: via-responses, backend: openai, api: responses, base_url: "{real_server.url}/v1", model: "{MODEL}"}}
         """
     )
     with serve(config) as server:
@@ -49,13 +52,39 @@ def ollama_answer(server: RunningServer, model: str, stream: bool) -> str:
     return "".join(p.message.content or "" for p in client.chat(model=model, messages=QUESTION, options=options, stream=True))
 
 
-ANSWERS = {"openai": openai_answer, "ollama": ollama_answer}
+def anthropic_answer(server: RunningServer, model: str, stream: bool) -> str:
+    client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+    ask = {"model": model, "messages": QUESTION, "max_tokens": MAX_TOKENS, "extra_body": {"temperature": 0}}
+    if not stream:
+        return "".join(b.text for b in client.messages.create(**ask).content if b.type == "text")
+    with client.messages.stream(**ask) as events:
+        return "".join(events.text_stream)
+
+
+def responses_answer(server: RunningServer, model: str, stream: bool) -> str:
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    ask = {"model": model, "input": QUESTION, "temperature": 0, "max_output_tokens": MAX_TOKENS, "store": False}
+    if not stream:
+        return client.responses.create(**ask).output_text
+    with client.responses.stream(**ask) as events:
+        return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+ANSWERS = {"openai": openai_answer, "ollama": ollama_answer, "anthropic": anthropic_answer, "responses": responses_answer}
 DIRECTIONS = [
     # (name, client dialect, bridge entry, i.e. the dialect the bridge speaks upstream)
     ("openai client, ollama upstream", "openai", "via-ollama"),
     ("ollama client, openai upstream", "ollama", "via-openai"),
     ("openai client, openai upstream", "openai", "via-openai"),
     ("ollama client, ollama upstream", "ollama", "via-ollama"),
+    ("anthropic client, anthropic upstream", "anthropic", "via-anthropic"),
+    ("anthropic client, ollama upstream", "anthropic", "via-ollama"),
+    ("openai client, anthropic upstream", "openai", "via-anthropic"),
+    ("responses client, responses upstream", "responses", "via-responses"),
+    ("responses client, openai upstream", "responses", "via-openai"),
+    ("ollama client, responses upstream", "ollama", "via-responses"),
+    ("anthropic client, responses upstream", "anthropic", "via-responses"),
+    ("responses client, anthropic upstream", "responses", "via-anthropic"),
 ]
 
 

@@ -1,0 +1,181 @@
+"""What an Anthropic-speaking upstream answers, as canonical events.
+
+A stream is read one SSE line at a time; only ``data:`` lines matter (each carries its
+``type``). Content blocks map one to one: text and thinking deltas as they come, a
+signature as a signed empty thinking delta, a ``tool_use`` block as fragments of one
+call (its start carries id and name, ``input_json_delta`` pieces the arguments).
+Anything unreadable becomes an ``ErrorEvent``, never an exception out of the decoder.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from adapters.anthropic import wire
+from adapters.canonical import (
+    ContentDelta,
+    ErrorEvent,
+    Event,
+    Finish,
+    FinishReason,
+    RoleStart,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallDone,
+    ToolCallFragment,
+    Usage,
+)
+from adapters.errors import DragomanError, error_for_status
+
+BAD_GATEWAY = 502
+_STOP_REASONS: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    # pause_turn (a server tool paused) and refusal end the reply like a stop.
+}
+# Anthropic's error types, as the status a client would have got.
+_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                 "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
+                 "overloaded_error": 503, "timeout_error": 504}  # fmt: skip
+_decoder = msgspec.json.Decoder(wire.UpstreamEvent)
+
+
+def parse_upstream_response(body: bytes) -> list[Event]:
+    """A whole ``message`` as the events a stream would have carried."""
+    try:
+        reply = _decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        return [ErrorEvent(f"upstream sent a reply that could not be read: {exc}", status=BAD_GATEWAY)]
+    if reply.type == "error" or reply.error is not None:
+        return [_error_event(reply.error)]
+    events: list[Event] = [RoleStart()]
+    calls = 0
+    for block in reply.content or ():
+        if block.type == "text" and block.text:
+            events.append(ContentDelta(block.text))
+        elif block.type == "thinking":
+            events.append(ThinkingDelta(block.thinking or "", signature=block.signature or None))
+        elif block.type == "tool_use":
+            events.append(ToolCallDone(ToolCall(name=block.name or "", arguments=block.input or {}, id=block.id, index=calls)))
+            calls += 1
+    usage = reply.usage or wire.UpstreamUsage()
+    events.append(_finish(reply.stop_reason, reply.stop_sequence, usage.input_tokens, usage.output_tokens))
+    return events
+
+
+def parse_upstream_error(status: int, body: bytes) -> DragomanError:
+    """``{"type": "error", "error": {"type", "message"}}`` with the upstream's status (529 is
+    503, the canonical "try later")."""
+    message: str | None = None
+    try:
+        detail = _decoder.decode(body).error
+        message = detail.message if detail is not None else None
+    except msgspec.DecodeError:
+        pass
+    text = message or body.decode("utf-8", "replace").strip() or f"upstream answered HTTP {status}"
+    return error_for_status(503 if status == 529 else status, text)
+
+
+class UpstreamStreamDecoder:
+    def __init__(self) -> None:
+        self._started = False
+        self._ended = False
+        self._input_tokens: int | None = None
+        self._output_tokens: int | None = None
+        self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
+        self._tool_blocks: set[int] = set()
+
+    def feed(self, line: bytes) -> list[Event]:
+        if self._ended:
+            return []
+        text = line.strip()
+        if text.startswith(b"data:"):
+            payload = text[5:].lstrip()
+        elif text.startswith(b"{"):  # a bare JSON error body instead of SSE
+            payload = text
+        else:  # event: lines, blank separators, comments
+            return []
+        try:
+            event = _decoder.decode(payload)
+        except msgspec.DecodeError as exc:
+            return self._fail(ErrorEvent(f"upstream sent a stream event that could not be read: {exc}", status=BAD_GATEWAY))
+        return self._event(event)
+
+    def finish(self) -> list[Event]:
+        if self._ended:
+            return []
+        self._ended = True
+        return [ErrorEvent("upstream stream ended before message_stop", status=BAD_GATEWAY)]
+
+    def _event(self, event: wire.UpstreamEvent) -> list[Event]:
+        kind = event.type
+        head: list[Event] = [] if self._started else [RoleStart()]
+        self._started = True
+        if kind == "message_start":
+            usage = event.message.usage if event.message is not None else None
+            if usage is not None:
+                self._input_tokens = usage.input_tokens
+            return head
+        if kind == "content_block_start":
+            return head + self._block_start(event.index or 0, event.content_block or wire.UpstreamBlock())
+        if kind == "content_block_delta":
+            return head + self._delta(event.index or 0, event.delta or wire.UpstreamDelta())
+        if kind == "message_delta":
+            delta = event.delta or wire.UpstreamDelta()
+            self._stop_reason, self._stop_sequence = delta.stop_reason, delta.stop_sequence
+            if event.usage is not None:
+                self._output_tokens = event.usage.output_tokens
+                self._input_tokens = event.usage.input_tokens or self._input_tokens
+            return head
+        if kind == "message_stop":
+            self._ended = True
+            return head + [_finish(self._stop_reason, self._stop_sequence, self._input_tokens, self._output_tokens)]
+        if kind == "error":
+            return head + self._fail(_error_event(event.error))
+        return head  # ping, content_block_stop, and events of later API versions
+
+    def _block_start(self, index: int, block: wire.UpstreamBlock) -> list[Event]:
+        if block.type == "tool_use":
+            self._tool_blocks.add(index)
+            return [ToolCallFragment(index=index, id=block.id, name=block.name or "")]
+        if block.type == "text" and block.text:
+            return [ContentDelta(block.text)]
+        if block.type == "thinking" and block.thinking:
+            return [ThinkingDelta(block.thinking)]
+        return []  # redacted_thinking and server-tool blocks have nothing to show
+
+    def _delta(self, index: int, delta: wire.UpstreamDelta) -> list[Event]:
+        if delta.type == "text_delta" and delta.text:
+            return [ContentDelta(delta.text)]
+        if delta.type == "thinking_delta" and delta.thinking:
+            return [ThinkingDelta(delta.thinking)]
+        if delta.type == "signature_delta" and delta.signature:
+            return [ThinkingDelta("", signature=delta.signature)]
+        if delta.type == "input_json_delta" and delta.partial_json and index in self._tool_blocks:
+            return [ToolCallFragment(index=index, arguments=delta.partial_json)]
+        return []
+
+    def _fail(self, event: ErrorEvent) -> list[Event]:
+        self._ended = True
+        return [event]
+
+
+def _finish(reason: str | None, sequence: str | None, input_tokens: int | None, output_tokens: int | None) -> Finish:
+    return Finish(
+        reason=_STOP_REASONS.get(reason or "end_turn", "stop"),
+        usage=Usage(prompt_tokens=input_tokens or 0, completion_tokens=output_tokens or 0),
+        stop_sequence=sequence if reason == "stop_sequence" else None,
+    )
+
+
+def _error_event(error: wire.UpstreamErrorDetail | None) -> ErrorEvent:
+    error = error or wire.UpstreamErrorDetail()
+    status = _ERROR_STATUS.get(error.type or "", BAD_GATEWAY)
+    return ErrorEvent(f"upstream error: {error.message or error.type or 'unknown error'}", status=status)
+
+
+__all__ = ["UpstreamStreamDecoder", "parse_upstream_error", "parse_upstream_response"]
