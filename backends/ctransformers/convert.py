@@ -31,7 +31,7 @@ from backends.ctransformers.formats import (
     inspect_model_file,
     is_byte_level_vocab,
 )
-from backends.ctransformers.gguf_file import Field, GgufFile, TensorData, TensorInfo, ValueType, read_gguf, write_gguf
+from backends.gguf_file import Field, GgufFile, TensorData, TensorInfo, ValueType, read_gguf, write_gguf
 
 SMOLLM2_FILE = "smollm2-135m-instruct-q4_1-ctransformers.gguf"
 _NORMAL = 1

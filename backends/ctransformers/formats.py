@@ -25,7 +25,7 @@ from typing import Literal
 
 import msgspec
 
-from backends.ctransformers.gguf_file import GgufError, GgufFile, TensorInfo, read_gguf
+from backends.gguf_file import GgufError, GgufFile, TensorInfo, read_gguf
 
 # model_type values as the library spells them; it drops every non-alphanumeric char.
 GGML_MODEL_TYPES = (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.ctransformers.gguf_file import Field, TensorData, TensorInfo, ValueType, write_gguf
+from backends.gguf_file import Field, TensorData, TensorInfo, ValueType, write_gguf
 
 GGML_MAGIC = 0x67676D6C  # 'ggml'
 END_OF_TEXT = "<|endoftext|>"

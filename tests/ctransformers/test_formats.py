@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from backends.ctransformers.formats import UnsupportedModelFile, inspect_model_file
-from backends.ctransformers.gguf_file import Field, TensorInfo, ValueType
+from backends.gguf_file import Field, TensorInfo, ValueType
 from config import ConfigError
 from tests.ctransformers.conftest import needs_library
 from tests.ctransformers.ggml_files import BPE_VOCAB, llama_gguf_parts, write_gguf_file, write_gpt2_ggml

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.ctransformers.gguf_file import Field, GgufError, TensorData, TensorInfo, ValueType, read_gguf, write_gguf
+from backends.gguf_file import Field, GgufError, TensorData, TensorInfo, ValueType, read_gguf, write_gguf
 
 V = ValueType
 FIELDS = [

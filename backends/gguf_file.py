@@ -1,6 +1,7 @@
-"""Just enough of the GGUF container to sniff a model file and rewrite one: the
-header, the key/value metadata and the tensor table, read with ``struct`` (no
-``gguf`` package, so ``dragoman config check`` can sniff without the build tools).
+"""Just enough of the GGUF container to sniff a model file and rewrite one: the header,
+the key/value metadata and the tensor table, read with ``struct`` (no ``gguf`` package,
+so ``dragoman config check`` and ``dragoman models prepare``'s up-front checks can sniff
+without the build tools). Shared by the ctransformers backend and the ONNX model builder.
 
 Layout (little-endian): ``GGUF``, u32 version, tensor and key counts, the keys
 (string, u32 type, value), the tensor infos (name, dims, u32 type, u64 offset), then
