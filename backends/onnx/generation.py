@@ -44,6 +44,7 @@ class Generation:
         eos_ids: frozenset[int],
         token_bytes: dict[int, bytes] | None,
         guide: Guide | None = None,
+        capacity: int | None = None,
     ) -> None:
         self.start = start
         self.prompt_ids = prompt_ids
@@ -53,7 +54,9 @@ class Generation:
         self.tokenizer = tokenizer
         params = og.GeneratorParams(model)
         options = search_options(start.search)
-        params.set_search_options(max_length=max_length, **options)
+        # The KV cache may need to be longer than the request (a sliding-window layer
+        # refuses a cache shorter than its window); the request still ends at max_length.
+        params.set_search_options(max_length=max(capacity or 0, max_length), **options)
         self.generator = og.Generator(model, params)
         self.guide = guide
         self.stream = tokenizer.create_stream()
@@ -116,7 +119,7 @@ class Generation:
         tokens = Tokens(self.request_id, [token], text, logprobs)
         if self.stops.stopped or is_eos or (self.guide is not None and self.guide.finished):
             return tokens, self.done("stop")
-        if self.generator.is_done():
+        if self.generator.is_done() or len(self.prompt_ids) + self.completion_tokens >= self.max_length:
             return tokens, self.done("length")
         return tokens, None
 

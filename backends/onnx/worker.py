@@ -93,6 +93,7 @@ class Worker:
         self._special_tokenizer: Any = None
         self.eos_ids = frozenset(int(i) for i in self.tokenizer.eos_token_ids)
         self.token_bytes = load_token_bytes(model_dir)
+        self.window = _sliding_window(model_dir)
         self.active: dict[int, Generation] = {}  # started: prefilling or decoding
         self.pending: set[int] = set()  # being prepared
         self._seconds_per_prompt_token = 0.002  # learnt from each chunk
@@ -149,10 +150,11 @@ class Worker:
         if self.engine is not None:
             self._begin_batch(self.engine, prepared, budget)
             return
+        capacity = max(budget, min(self.window, prepared.context))
         try:
             generation = Generation(
                 self.og, self.model, self._tokenizer_for(start), start, prepared.prompt_ids, budget, self.eos_ids,
-                self.token_bytes, prepared.guide,
+                self.token_bytes, prepared.guide, capacity,
             )  # fmt: skip
         except Exception as exc:  # one bad request must not take the model down
             log.exception("request %s could not start", rid)
@@ -296,6 +298,16 @@ def _load(config: WorkerConfig) -> tuple[Any, BatchEngine | None, str]:
             log.warning("%s runs on the library's Generator (no batching, no prefix reuse): %s", path, exc)
     model, provider = load_model(path, ["cpu"], **options)  # type: ignore[arg-type]
     return model, None, provider
+
+
+def _sliding_window(model_dir: Path) -> int:
+    """The attention window of sliding-window layers (Gemma 2/3), 0 when none: the KV
+    cache must be at least this long even for a short request."""
+    try:
+        config = msgspec.json.decode((model_dir / "genai_config.json").read_bytes())
+        return int((config["model"]["decoder"].get("sliding_window") or {}).get("window_size") or 0)
+    except (OSError, KeyError, TypeError, ValueError, AttributeError, msgspec.DecodeError):
+        return 0
 
 
 def _read_commands(stream: BinaryIO, commands: queue.Queue[Any]) -> None:
