@@ -118,7 +118,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 # Keys of a model entry that every backend shares; everything else is backend settings.
-COMMON_MODEL_KEYS = frozenset({"name", "backend", "defaults", "context_length", "keep_alive", "description"})
+COMMON_MODEL_KEYS = frozenset({"name", "backend", "defaults", "context_length", "keep_alive", "description", "system"})
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -131,6 +131,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     # Seconds, or a Go-style duration string ("5m", "1h"); negative keeps forever.
     keep_alive: float | str | None = None
     description: str | None = None
+    # A system prompt for requests whose first message is not one (as Ollama's SYSTEM).
+    system: str | None = None
 
     @property
     def is_pattern(self) -> bool:

@@ -18,7 +18,7 @@ import msgspec
 import structlog
 
 from adapters.aggregate import ChatResult, ResultBuilder
-from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Request, RoleStart, Secret
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, Request, RoleStart, Secret, TextPart
 from adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
 from backends.base import Backend, check_capabilities
 from config import ModelRoute
@@ -88,6 +88,21 @@ class Chat:
             self._release()
 
 
+def with_default_system(request: Request, system: str | None) -> Request:
+    """The entry's system prompt, as Ollama applies its SYSTEM: a chat whose first
+    message is not a system message gets it first; a templated completion without its
+    own ``system`` gets it as that (raw and fill-in-the-middle prompts never)."""
+    if not system:
+        return request
+    if isinstance(request, ChatRequest):
+        if request.messages and request.messages[0].role == "system":
+            return request
+        return msgspec.structs.replace(request, messages=[Message(role="system", parts=[TextPart(system)]), *request.messages])
+    if request.templated and not request.system:
+        return msgspec.structs.replace(request, system=system)
+    return request
+
+
 def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple[ModelRoute, Backend, Request]:
     route, backend = table.lookup(request.model)
     record.model = request.model
@@ -97,6 +112,7 @@ def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple
     check_request_shape(request, table.limits, record.dialect)
     check_grammars(request, table.limits.schema, record.dialect)
     request = msgspec.structs.replace(request, options=request.options.merged(route.config.defaults))
+    request = with_default_system(request, route.config.system)
     request = clamp_to_context(request, route.config.context_length)
     check_capabilities(request, backend.capabilities(request.model), request.model)
     return route, backend, request
