@@ -8,9 +8,9 @@ what to do. The two hooks:
 
 - a backend's ``pull(model, progress)`` (optional, see :class:`Pullable`): make a
   served model ready, calling ``progress`` as it goes;
-- :func:`buildable`: what could be built for a name the config does *not* serve.
-  Nothing yet (so such a pull is a 404); the place for ``models prepare`` to say
-  "I can build ``ollama:NAME`` / this GGUF / this folder".
+- :func:`buildable`: what could be built for a name the config does *not* serve:
+  ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, built as
+  ``dragoman models prepare`` builds them (anything else is a 404).
 """
 
 from __future__ import annotations
@@ -46,10 +46,12 @@ Build = Callable[[ProgressCallback], Awaitable[None]]
 
 
 def buildable(name: str) -> Build | None:
-    """A build for ``name``, which the config does not serve; None when nothing can
-    be built for it (the only answer until ``models prepare`` knows other sources)."""
-    del name
-    return None
+    """A build for ``name``, which the config does not serve: ``ollama:NAME[:TAG]`` from
+    the local Ollama store, or a known name (``dragoman models prepare``'s sources that a
+    name alone identifies); None when nothing can be built for it."""
+    from backends.onnx.prepare.background import pull_build
+
+    return pull_build(name)
 
 
 _STAGE = re.compile(r"\[(\d+)/(\d+)\]\s*(?:\[[#.]*\]\s*)?(.*?)…?\s*$")

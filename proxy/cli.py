@@ -13,6 +13,7 @@ from typing import Any
 
 import uvicorn
 
+from backends.onnx.prepare.cli import add_prepare_arguments, print_builds, run_prepare
 from backends.registry import settings_type
 from config import Config, ConfigError, check_report, load_config, routing_table
 from proxy import workers
@@ -51,13 +52,15 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_config_check)
 
     models = commands.add_parser("models", help="list or prepare models").add_subparsers(title="models commands")
-    listing = models.add_parser("list", help="list the models a config serves")
+    listing = models.add_parser("list", help="list the models a config serves, and the models built locally")
     listing.add_argument("--config", type=Path)
     listing.set_defaults(run=_models_list)
-    prepare = models.add_parser("prepare", help="build a local model (needs the 'prepare' extra)")
-    prepare.add_argument("model", choices=["smollm2", "all-minilm", "smollm2-hidden"])
-    prepare.add_argument("--provider", choices=["cpu", "cuda", "dml"], default="cpu")
-    prepare.set_defaults(run=_models_prepare)
+    prepare = models.add_parser(
+        "prepare", help="build a local model from a GGUF, a Hugging Face folder, the Ollama store or a known name "
+                        "(needs the 'prepare' extra)",
+    )  # fmt: skip
+    add_prepare_arguments(prepare)
+    prepare.set_defaults(run=run_prepare)
     return parser
 
 
@@ -171,23 +174,7 @@ def _models_list(args: argparse.Namespace) -> int:
     config = _load(args.config)
     for name, backend, how in routing_table(config):
         print(f"{name}\t{backend}\t{how}")
-    return 0
-
-
-def _models_prepare(args: argparse.Namespace) -> int:
-    from backends.onnx.prepare import PrepareError, prepare_smollm2
-
-    try:
-        if args.model == "smollm2":
-            path = prepare_smollm2(args.provider)
-        else:
-            from backends.onnx.embedding_prepare import prepare
-
-            path = prepare(args.model, args.provider)
-    except PrepareError as exc:
-        print(f"dragoman: {exc}", file=sys.stderr)
-        return 1
-    print(path)
+    print_builds()
     return 0
 
 

@@ -174,6 +174,9 @@ class OnnxBackend:
         """For ``/health/ready``: loaded, or loadable from disk, or buildable on first use."""
         if self.worker_pid is not None:
             return True, "loaded"
+        missing = self.files.missing_build()
+        if missing:
+            return False, missing
         model_dir = self.files.folder()
         if is_prepared(model_dir) or (model_dir / "genai_config.json").is_file():
             return True, f"not loaded; loads from {model_dir} on first use"

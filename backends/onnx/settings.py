@@ -21,6 +21,10 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Model folder (genai_config.json, model.onnx, tokenizer); unset = the default
     # SmolLM2-135M-Instruct int4, built on first load when ``prepare`` is true.
     path: str | None = None
+    # Or a model built by `dragoman models prepare`: its folder name under
+    # DRAGOMAN_HOME/models, or the name it was prepared under (then the build for
+    # the entry's provider is used).
+    model: str | None = None
     provider: ProviderChoice = "auto"
     provider_options: dict[str, str] = {}
     threads: PositiveInt | None = None
@@ -54,6 +58,10 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Linux (RLIMIT_AS of the compiling process); elsewhere the time bound holds.
     grammar_timeout: PositiveSeconds = 5.0
     grammar_memory: Annotated[int, msgspec.Meta(ge=64 * 1024 * 1024)] = 512 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.path is not None and self.model is not None:
+            raise ValueError("set either 'path' (a model folder) or 'model' (a built model's name), not both")
 
 
 class CancelRecord(msgspec.Struct):

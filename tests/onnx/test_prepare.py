@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.onnx import prepare
+from backends.onnx.prepare import build as prepare
 from backends.onnx.prepare import MARKER, PrepareError, default_model_path, find_gguf, is_prepared, prepare_smollm2
 
 

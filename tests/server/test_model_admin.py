@@ -82,13 +82,13 @@ def test_the_builder_s_stage_lines_are_pull_progress() -> None:
     assert stage_progress("model ready in 54.4s: /x", digest) is None
 
 
-def test_the_builder_s_lines_reach_the_callback(tmp_path: Path) -> None:
-    """The real builder, asked for a provider it does not know, fails at once: its
-    error line reaches ``on_line`` and the failure is a PrepareError naming it."""
-    lines: list[str] = []
+def test_the_build_s_refusal_reaches_the_callback(tmp_path: Path) -> None:
+    """A provider the builder does not know fails at once: the reason reaches the
+    progress callback and the failure is a PrepareError naming it."""
+    events: list[object] = []
     with pytest.raises(PrepareError, match="provider must be one of"):
-        asyncio.run(prepare_in_subprocess("nope", tmp_path, lines.append))  # type: ignore[arg-type]
-    assert any(line.startswith("error: provider must be one of") for line in lines)
+        asyncio.run(prepare_in_subprocess("nope", tmp_path, events.append))  # type: ignore[arg-type]
+    assert any(getattr(e, "status", "").startswith("error: provider must be one of") for e in events)
 
 
 @pytest.fixture

@@ -1,0 +1,223 @@
+"""Builds started from a running server, without blocking its event loop and without
+importing torch into it: ``python -m backends.onnx.prepare … --progress-json`` in a
+child process, its progress read line by line.
+
+- :func:`prepare_in_subprocess` — the default model on first use (the onnx backend);
+- :func:`prepare_in_background` — any SOURCE, reporting each progress event (the hook
+  ``/api/pull`` calls to build an ``ollama:`` or known name with Ollama's pull shape:
+  :func:`pull_source` says what a pulled name builds from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from backends.onnx.prepare.catalogue import Build, is_prepared, read_record
+from backends.onnx.prepare.support import PrepareError
+
+log = logging.getLogger("dragoman.onnx.prepare")
+ROOT = str(Path(__file__).resolve().parents[3])
+
+
+class BuildProgress(msgspec.Struct, frozen=True):
+    """One progress event: what is happening, and how far (when countable)."""
+
+    status: str
+    completed: int | None = None
+    total: int | None = None
+    stage: int | None = None
+    stages: int | None = None
+
+
+async def prepare_in_background(
+    source: str,
+    *,
+    name: str | None = None,
+    provider: str = "cpu",
+    precision: str = "int4",
+    home: Path | None = None,
+    on_progress: Callable[[BuildProgress], Any] | None = None,
+) -> Build:
+    """Build ``source`` (anything ``dragoman models prepare`` takes) in a child process;
+    ``on_progress`` gets every stage and bar update. Raises :class:`PrepareError` with
+    the child's reason."""
+    from backends.onnx.prepare.architectures import check_target
+
+    problem = check_target(provider, precision)
+    if problem:  # before a process starts
+        if on_progress is not None:
+            on_progress(BuildProgress(status=f"error: {problem}"))
+        raise PrepareError(problem)
+    args = [source, "--provider", provider, "--precision", precision, "--progress-json", "--print-path"]
+    if name:
+        args += ["--name", name]
+    env = {**os.environ, **({"DRAGOMAN_HOME": str(home)} if home else {})}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "backends.onnx.prepare", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert process.stderr is not None and process.stdout is not None
+    tail: list[str] = []
+    while line := await process.stderr.readline():
+        text = line.decode(errors="replace").rstrip()
+        tail = [*tail[-9:], text]
+        event = _event(text)
+        if event is not None:
+            log.info("%s", event.status)
+            if on_progress is not None:
+                on_progress(event)
+    out = (await process.stdout.read()).decode(errors="replace").strip().splitlines()
+    if await process.wait() != 0 or not out:
+        errors = [e.status for t in tail if (e := _event(t)) is not None and e.status.startswith("error: ")]
+        errors += [t for t in tail if t.startswith("dragoman: ")]
+        reason = (errors or tail or ["no output"])[-1].removeprefix("dragoman: ").removeprefix("error: ")
+        raise PrepareError(reason)
+    folder = Path(out[-1])
+    record = read_record(folder)
+    if record is None or not is_prepared(folder):
+        raise PrepareError(f"the build reported {folder}, which holds no intact build")
+    return Build(folder.name, folder, record)
+
+
+def pull_source(name: str) -> str | None:
+    """The SOURCE ``prepare`` builds for a pull of ``name``: ``ollama:NAME[:TAG]`` when
+    the local Ollama store has it, or a known name; None when nothing here can be built
+    for it (a plain name is never looked up in the Ollama store: a pull that builds
+    gigabytes must be asked for by name). Only file lookups — cheap in a request handler."""
+    from backends.onnx.prepare import ollama_store
+    from backends.onnx.prepare.sources import known
+
+    if known(name) is not None:
+        return name
+    if not name.startswith("ollama:"):
+        return None
+    try:
+        parsed = ollama_store.parse_name(name.removeprefix("ollama:"))
+    except PrepareError:
+        return None
+    return name if parsed.manifest_path(ollama_store.store_dir()).is_file() else None
+
+
+def pull_progress(progress: Callable[[Any], None] | None, digest: str | None) -> Callable[[BuildProgress], None] | None:
+    """Build progress as ``/api/pull`` lines (``backends.pull.PullProgress``): each stage
+    as ``completed`` of ``total`` stages on ``digest`` (the source's sha256), notes as
+    status lines, the last line all stages completed. Bars within a stage are left out:
+    Ollama's ``completed``/``total`` count one unit per digest."""
+    if progress is None:
+        return None
+    from backends.pull import PullProgress
+
+    stages = {"total": 0}
+
+    def report(event: BuildProgress) -> None:
+        if event.stage is not None and event.stages is not None:
+            if event.completed is None:  # a stage begins
+                stages["total"] = event.stages
+                progress(PullProgress(status=event.status, digest=digest, total=event.stages, completed=event.stage - 1))
+        elif event.status.startswith("model ready") and stages["total"]:
+            progress(PullProgress(status=event.status, digest=digest, total=stages["total"], completed=stages["total"]))
+        else:
+            progress(PullProgress(status=event.status))
+
+    return report
+
+
+def pull_build(name: str) -> Callable[[Callable[[Any], None]], Any] | None:
+    """What ``/api/pull`` runs for ``name`` when the config does not serve it (see
+    :func:`backends.pull.buildable`): the build, with progress, then a line saying
+    which config entry serves it. None when nothing can be built for ``name``."""
+    source = pull_source(name)
+    if source is None:
+        return None
+
+    async def build(progress: Callable[[Any], None]) -> None:
+        from backends.onnx.prepare.entry import yaml_entry
+        from backends.pull import PullProgress
+
+        built = await prepare_in_background(source, on_progress=pull_progress(progress, _digest(source)))
+        entry = " ".join(line.strip() for line in yaml_entry(built, built.record.name).splitlines() if line.strip())
+        progress(PullProgress(status=f"built {built.id}; to serve it, add to the config's models: {entry}"))
+
+    return build
+
+
+def _digest(source: str) -> str | None:
+    """The sha256 of what a pull of ``source`` reads (the GGUF), when known cheaply."""
+    from backends.onnx.prepare import ollama_store
+    from backends.onnx.prepare.build import GGUF_SHA256
+
+    if source.startswith("ollama:"):
+        try:
+            return f"sha256:{ollama_store.read_model(source.removeprefix('ollama:')).gguf_digest}"
+        except PrepareError:
+            return None
+    return f"sha256:{GGUF_SHA256}"
+
+
+def _event(line: str) -> BuildProgress | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if "note" in data:
+        return BuildProgress(status=str(data["note"]))
+    if "error" in data:
+        return BuildProgress(status=f"error: {data['error']}")
+    if "status" in data:
+        return BuildProgress(
+            status=str(data["status"]), completed=data.get("completed"), total=data.get("total"),
+            stage=data.get("stage"), stages=data.get("stages"),
+        )  # fmt: skip
+    return None
+
+
+async def prepare_in_subprocess(
+    provider: str, target: Path, on_progress: Callable[[BuildProgress], Any] | None = None
+) -> Path:
+    """Build the default model from a server (first use, or a pull); progress is
+    logged and, with ``on_progress``, reported."""
+    log.warning("building the default model into %s (first use; takes a minute)", target)
+    home = target.parent.parent
+    try:
+        build = await prepare_in_background("smollm2", provider=provider, home=home, on_progress=on_progress)
+    except PrepareError as exc:
+        raise PrepareError(f"building the default model failed: {exc}") from exc
+    if build.path != target or not is_prepared(target):
+        raise PrepareError(f"building the default model failed: it is at {build.path}, not {target}")
+    return target
+
+
+async def build_in_subprocess(
+    module_args: list[str], target: Path, what: str, on_line: Callable[[str], None] | None = None
+) -> Path:
+    """``python -m <module_args>`` as a child process (the embedding models' builds),
+    its stage lines logged (and given to ``on_line``); the build must leave an intact
+    marker at ``target``."""
+    log.warning("building %s into %s (first use; takes a minute)", what, target)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", *module_args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
+    )  # fmt: skip
+    tail: list[str] = []
+    assert process.stderr is not None
+    while line := await process.stderr.readline():
+        text = line.decode(errors="replace").rstrip()
+        if text.startswith(("[", "error")) or "model ready" in text:
+            log.info("%s", text)
+            if on_line is not None:
+                on_line(text)
+        tail = [*tail[-9:], text]
+    if await process.wait() != 0 or not is_prepared(target):
+        errors = [t for t in tail if t.startswith("error:")]
+        raise PrepareError(f"building {what} failed: {(errors or tail or ['no output'])[-1]}")
+    return target

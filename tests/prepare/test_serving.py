@@ -1,0 +1,67 @@
+"""A built model served by name (``model:`` in a config entry) through the real server,
+with the entry's system prompt, and what happens when the name is not built."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import ollama
+import pytest
+
+from backends.onnx.prepare import prepare
+from tests.prepare.tiny_models import make_tiny
+from tests.support.server import RunningServer, config_from_yaml, serve
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory: pytest.TempPathFactory, home: Path) -> Iterator[RunningServer]:
+    # Gemma 3's sliding window (128) is longer than these requests: the KV cache must still hold it.
+    tiny = make_tiny("gemma3", tmp_path_factory.mktemp("gemma3"))
+    build = prepare(str(tiny.hf_dir), name="tiny-gemma3", precision="int4", home=home, progress=False)
+    assert build.record.name == "tiny-gemma3"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DRAGOMAN_HOME", str(home))
+        config = config_from_yaml(f"""
+            models:
+              - {{name: plain, backend: onnx, model: tiny-gemma3, provider: cpu}}
+              - {{name: by-folder, backend: onnx, model: {build.id}, provider: cpu}}
+              - {{name: with-system, backend: onnx, model: tiny-gemma3, provider: cpu, system: "You are a helpful assistant."}}
+              - {{name: missing, backend: onnx, model: not-built-yet, provider: cpu}}
+        """)
+        with serve(config) as server:
+            yield server
+
+
+def chat(server: RunningServer, model: str, messages: list[dict[str, str]]) -> ollama.ChatResponse:
+    client = ollama.Client(host=server.url)
+    return client.chat(model=model, messages=messages, options={"temperature": 0, "num_predict": 3})
+
+
+def test_a_built_model_answers_by_its_name_and_by_its_folder(tiny_server: RunningServer) -> None:
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    first = chat(tiny_server, "plain", question)
+    assert first.done_reason == "length" and first.eval_count == 3
+    assert chat(tiny_server, "by-folder", question).message.content == first.message.content
+
+
+def test_the_entry_system_prompt_opens_the_conversation(tiny_server: RunningServer) -> None:
+    user = {"role": "user", "content": "Hello"}
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    implicit = chat(tiny_server, "with-system", [user])
+    explicit = chat(tiny_server, "plain", [system, user])
+    assert implicit.prompt_eval_count == explicit.prompt_eval_count > chat(tiny_server, "plain", [user]).prompt_eval_count
+    assert implicit.message.content == explicit.message.content
+    # a request with its own system message keeps it (Ollama's rule)
+    own = chat(tiny_server, "with-system", [{"role": "system", "content": "Be brief."}, user])
+    assert own.prompt_eval_count == chat(tiny_server, "plain", [{"role": "system", "content": "Be brief."}, user]).prompt_eval_count
+
+
+def test_a_name_that_is_not_built_is_a_404_naming_the_command(tiny_server: RunningServer) -> None:
+    reply = httpx.post(f"{tiny_server.url}/api/chat", json={"model": "missing", "stream": False,
+                                                          "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    assert reply.status_code == 404
+    assert "no model named 'not-built-yet'" in reply.json()["error"] and "dragoman models prepare" in reply.json()["error"]
+    ready = httpx.get(f"{tiny_server.url}/health/ready").json()
+    assert "not-built-yet" in str(ready)
