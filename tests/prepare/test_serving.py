@@ -65,3 +65,22 @@ def test_a_name_that_is_not_built_is_a_404_naming_the_command(tiny_server: Runni
     assert "no model named 'not-built-yet'" in reply.json()["error"] and "dragoman models prepare" in reply.json()["error"]
     ready = httpx.get(f"{tiny_server.url}/health/ready").json()
     assert "not-built-yet" in str(ready)
+
+
+async def test_a_build_from_a_server_reports_its_progress(tmp_path: Path) -> None:
+    """What /api/pull calls: the build in a child process, every stage and bar update reported."""
+    from backends.onnx.prepare.background import BuildProgress, prepare_in_background
+    from backends.onnx.prepare.support import PrepareError
+
+    tiny = make_tiny("qwen2", tmp_path / "src")
+    events: list[BuildProgress] = []
+    build = await prepare_in_background(str(tiny.gguf), name="tiny-qwen", precision="fp32", home=tmp_path / "home",
+                                        on_progress=events.append)  # fmt: skip
+    assert build.record.name == "tiny-qwen" and build.path.parent == tmp_path / "home" / "models"
+    stages = [e.stage for e in events if e.stage is not None]
+    assert stages == sorted(stages) and set(stages) == {1, 2, 3, 4}
+    bars = [e for e in events if e.total]
+    assert bars and bars[-1].completed == bars[-1].total
+    assert any("ready" in e.status for e in events)
+    with pytest.raises(PrepareError, match="is not a GGUF file, a Hugging Face folder"):
+        await prepare_in_background(str(tmp_path / "nothing"), home=tmp_path / "home")
