@@ -238,7 +238,7 @@ def test_prepare_refuses_up_front_when_memory_or_disk_is_short(tmp_path: Path, m
         prepare(str(path), home=tmp_path, progress=False)
     message = str(caught.value)
     assert "needs about 64.0 MiB of disk" in message and "10.0 MiB is free" in message
-    assert "needs about 921.6 MiB of memory at its peak" in message and "256.0 MiB is available" in message
+    assert "needs about 460.8 MiB of memory at its peak" in message and "256.0 MiB is available" in message
     assert not (tmp_path / "models").exists() or not list((tmp_path / "models").iterdir())
 
 

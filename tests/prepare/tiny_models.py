@@ -320,3 +320,5 @@ def _write_tokenizer(writer: Any, raw: Any, config: Any, template: str) -> None:
     writer.add_pad_token_id(config.pad_token_id)
     writer.add_add_bos_token(False)
     writer.add_chat_template(template)
+    if config.vocab_size != len(tokens):  # a model wider than its (tiny) tokenizer
+        writer.add_vocab_size(config.vocab_size)
