@@ -84,6 +84,10 @@ def read_layout(model_dir: Path) -> Layout:
         raise Unsupported("the model does not share its past and present KV buffers (no GroupQueryAttention)")
     if "pipeline" in decoder or config["model"].get("type") in ("whisper", "phi3v", "gemma3", "qwen2_5_vl"):
         raise Unsupported(f"model type {config['model'].get('type')!r} is not a plain decoder")
+    if decoder.get("sliding_window"):
+        # GroupQueryAttention refuses a KV cache shorter than the window, and the slabs
+        # start short and grow; the Generator sizes its cache for the window.
+        raise Unsupported("sliding-window attention (its KV cache must hold the whole window)")
     return layout
 
 
