@@ -12,11 +12,13 @@ import pytest
 
 from backends.onnx.prepare import prepare
 from tests.prepare.tiny_models import make_tiny
+from backends.onnx.prepare.support import sha256_file
+from tests.support.ollama_store import Store
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 
 @pytest.fixture(scope="module")
-def tiny_server(tmp_path_factory: pytest.TempPathFactory, home: Path) -> Iterator[RunningServer]:
+def tiny_server(tmp_path_factory: pytest.TempPathFactory, home: Path, store: Store) -> Iterator[RunningServer]:
     # Gemma 3's sliding window (128) is longer than these requests: the KV cache must still hold it.
     tiny = make_tiny("gemma3", tmp_path_factory.mktemp("gemma3"))
     build = prepare(str(tiny.hf_dir), name="tiny-gemma3", precision="int4", home=home, progress=False)
@@ -29,6 +31,7 @@ def tiny_server(tmp_path_factory: pytest.TempPathFactory, home: Path) -> Iterato
               - {{name: by-folder, backend: onnx, model: {build.id}, provider: cpu}}
               - {{name: with-system, backend: onnx, model: tiny-gemma3, provider: cpu, system: "You are a helpful assistant."}}
               - {{name: missing, backend: onnx, model: not-built-yet, provider: cpu}}
+              - {{name: pulled, backend: onnx, model: "tiny-llama:latest", provider: cpu}}
         """)
         with serve(config) as server:
             yield server
@@ -84,3 +87,33 @@ async def test_a_build_from_a_server_reports_its_progress(tmp_path: Path) -> Non
     assert any("ready" in e.status for e in events)
     with pytest.raises(PrepareError, match="is not a GGUF file, a Hugging Face folder"):
         await prepare_in_background(str(tmp_path / "nothing"), home=tmp_path / "home")
+
+
+def test_pulling_an_ollama_name_builds_it_with_ollama_s_progress(
+    tiny_server: RunningServer, store: Store, tmp_path: Path
+) -> None:
+    tiny = make_tiny("qwen2", tmp_path)
+    store.add_model("tiny-qwen2", "latest", tiny.gguf, template="{{ .Prompt }}", params={"stop": ["<|im_end|>"]})
+    client = ollama.Client(host=tiny_server.url, timeout=300)
+    steps = list(client.pull("ollama:tiny-qwen2", stream=True))
+    assert steps[0].status == "pulling manifest" and steps[-1].status == "success"
+    stages = [s for s in steps if s.total]
+    assert [s.completed for s in stages] == [0, 1, 2, 3, 4] and {s.total for s in stages} == {4}
+    assert {s.digest for s in stages} == {f"sha256:{sha256_file(tiny.gguf)}"}
+    assert "built tiny-qwen2-latest-int4-cpu; to serve it" in steps[-2].status and "model: tiny-qwen2-latest-int4-cpu" in steps[-2].status
+    with pytest.raises(ollama.ResponseError) as info:  # not in the store: nothing to build
+        list(client.pull("ollama:not-there", stream=True))
+    assert info.value.status_code == 404
+
+
+def test_pulling_an_entry_whose_model_is_not_built_builds_it_from_the_ollama_store(
+    tiny_server: RunningServer, store: Store, tmp_path: Path
+) -> None:
+    tiny = make_tiny("llama", tmp_path)
+    with pytest.raises(ollama.ResponseError) as info:  # not in the store yet: a 404 naming the command
+        chat(tiny_server, "pulled", [{"role": "user", "content": "hi"}])
+    assert info.value.status_code == 404 and "dragoman models prepare" in info.value.error
+    store.add_model("tiny-llama", "latest", tiny.gguf)
+    client = ollama.Client(host=tiny_server.url, timeout=300)
+    assert client.pull("pulled").status == "success"
+    assert chat(tiny_server, "pulled", [{"role": "user", "content": "hi"}]).eval_count == 3
