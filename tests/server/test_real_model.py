@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -188,25 +189,31 @@ def test_discovery_reports_the_real_model(ol: ollama.Client, real_server: Runnin
 def test_event_loop_stays_free_during_generation(real_server: RunningServer) -> None:
     """/api/version answers promptly while four generations stream."""
     body = {"model": "smollm2:135m", "messages": [{"role": "user", "content": "Tell me a long story about a dragon."}],
-            "options": {"num_predict": 120, "temperature": 0.7, "seed": 1}}
+            "options": {"num_predict": 400, "temperature": 0.7, "seed": 1}}
+    streaming = threading.Barrier(5)
 
     def generate() -> int:
+        lines = 0
         with httpx.stream("POST", real_server.url + "/api/chat", json=body, timeout=120) as r:
-            return sum(1 for _ in r.iter_lines())
+            for _ in r.iter_lines():
+                lines += 1
+                if lines == 1:
+                    streaming.wait(timeout=60)
+        return lines
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         streams = [pool.submit(generate) for _ in range(4)]
-        time.sleep(1.0)  # let the generations start
+        streaming.wait(timeout=60)  # sample only while all four are generating
         latencies = []
         with httpx.Client() as client:
-            while not all(s.done() for s in streams) and len(latencies) < 40:
+            while not any(s.done() for s in streams) and len(latencies) < 40:
                 started = time.perf_counter()
                 assert client.get(real_server.url + "/api/version").status_code == 200
                 latencies.append(time.perf_counter() - started)
                 time.sleep(0.02)
         counts = [s.result() for s in streams]
     assert all(count > 20 for count in counts)
-    assert len(latencies) >= 10
+    assert len(latencies) >= 10, f"the generations ended after {len(latencies)} samples"
     latencies.sort()
     # an event loop blocked by a token step or a prefill would show here as 10s of ms
     assert latencies[len(latencies) // 2] < 0.05, latencies
