@@ -6,6 +6,7 @@ exit), so the time taken says nothing about how close a guess was.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Iterable
 from typing import Any
@@ -37,6 +38,18 @@ def api_key_header(scope: dict[str, Any]) -> str | None:
         if name == b"x-api-key":
             return value.decode("latin-1").strip()
     return None
+
+
+def key_owner(scope: dict[str, Any], keys_configured: bool) -> str:
+    """Whose state a request may see (stored responses): a digest of the key the
+    middleware let through, so the key itself is never written down; '' on a server
+    without keys, where every client is the same one (as Ollama)."""
+    if not keys_configured:
+        return ""
+    token = bearer_token(scope)
+    if token is None and scope_dialect(scope) == "anthropic":
+        token = api_key_header(scope)
+    return hashlib.sha256((token or "").encode()).hexdigest()
 
 
 def client_authorization(request: Any) -> str | None:

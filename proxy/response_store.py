@@ -5,6 +5,10 @@ saw for it (the earlier response's items included, so a conversation is rebuilt 
 one row and deleting an ancestor breaks nothing). Rows older than ``max_age`` are
 invisible and pruned; when the rows together pass ``max_bytes`` the oldest go first.
 
+Each row belongs to the API key that made it (``owner``: a digest of the key, empty when
+the server has no keys), as OpenAI keeps a project's responses to that project: another
+key can neither read, chain from nor delete it, and is told only that it is not found.
+
 SQLite calls block, so they run on one thread of their own that owns the connection;
 the event loop only awaits them. One file per server: with several replicas, see the
 README ("Responses: stored state").
@@ -35,7 +39,8 @@ CREATE TABLE IF NOT EXISTS responses (
     created_at REAL NOT NULL,
     size INTEGER NOT NULL,
     response BLOB NOT NULL,
-    input BLOB NOT NULL
+    input BLOB NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at);
 """
@@ -46,6 +51,7 @@ class StoredResponse(msgspec.Struct, frozen=True):
     created_at: float
     response: bytes  # the response object's JSON
     input: bytes  # JSON list of the input items, as input_items lists them
+    owner: str = ""  # proxy.auth.key_owner of the key that stored it
 
 
 @runtime_checkable
@@ -55,9 +61,9 @@ class ResponseStore(Protocol):
 
     async def put(self, stored: StoredResponse) -> bool: ...
 
-    async def get(self, response_id: str) -> StoredResponse | None: ...
+    async def get(self, response_id: str, owner: str = "") -> StoredResponse | None: ...
 
-    async def delete(self, response_id: str) -> bool: ...
+    async def delete(self, response_id: str, owner: str = "") -> bool: ...
 
     async def aclose(self) -> None: ...
 
@@ -68,10 +74,10 @@ class NoStore:
     async def put(self, stored: StoredResponse) -> bool:
         return False
 
-    async def get(self, response_id: str) -> StoredResponse | None:
+    async def get(self, response_id: str, owner: str = "") -> StoredResponse | None:
         return None
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, owner: str = "") -> bool:
         return False
 
     async def aclose(self) -> None:
@@ -90,11 +96,11 @@ class SqliteStore:
         """Keep ``stored``; False (and a log line) when it alone is over ``max_bytes``."""
         return await self._run(self._put, stored)
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        return await self._run(self._get, response_id)
+    async def get(self, response_id: str, owner: str = "") -> StoredResponse | None:
+        return await self._run(self._get, response_id, owner)
 
-    async def delete(self, response_id: str) -> bool:
-        return await self._run(self._delete, response_id)
+    async def delete(self, response_id: str, owner: str = "") -> bool:
+        return await self._run(self._delete, response_id, owner)
 
     async def aclose(self) -> None:
         if self._db is not None:
@@ -114,6 +120,9 @@ class SqliteStore:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(responses)")}
+            if "owner" not in columns:  # a file from before rows had owners: theirs is ''
+                db.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
             self._db = db
         return self._db
 
@@ -125,8 +134,8 @@ class SqliteStore:
         db = self._connection()
         with _transaction(db):
             db.execute(
-                "INSERT OR REPLACE INTO responses (id, created_at, size, response, input) VALUES (?, ?, ?, ?, ?)",
-                (stored.id, stored.created_at, size, stored.response, stored.input),
+                "INSERT OR REPLACE INTO responses (id, created_at, size, response, input, owner) VALUES (?, ?, ?, ?, ?, ?)",
+                (stored.id, stored.created_at, size, stored.response, stored.input, stored.owner),
             )
             self._prune(db)
         return True
@@ -145,16 +154,16 @@ class SqliteStore:
                 break
         db.executemany("DELETE FROM responses WHERE id = ?", doomed)
 
-    def _get(self, response_id: str) -> StoredResponse | None:
+    def _get(self, response_id: str, owner: str) -> StoredResponse | None:
         row = self._connection().execute(
-            "SELECT id, created_at, response, input FROM responses WHERE id = ? AND created_at >= ?",
-            (response_id, time.time() - self.max_age),
+            "SELECT id, created_at, response, input, owner FROM responses WHERE id = ? AND owner = ? AND created_at >= ?",
+            (response_id, owner, time.time() - self.max_age),
         ).fetchone()
-        return StoredResponse(row[0], row[1], bytes(row[2]), bytes(row[3])) if row else None
+        return StoredResponse(row[0], row[1], bytes(row[2]), bytes(row[3]), row[4]) if row else None
 
-    def _delete(self, response_id: str) -> bool:
+    def _delete(self, response_id: str, owner: str) -> bool:
         db = self._connection()
-        return db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
+        return db.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner)).rowcount > 0
 
     def _close(self) -> None:
         if self._db is not None:

@@ -23,7 +23,7 @@ from litestar.response import Stream
 from adapters import responses
 from adapters.errors import DragomanError, RequestError
 from adapters.responses import wire
-from proxy.auth import client_authorization
+from proxy.auth import client_authorization, key_owner
 from proxy.chat import Chat, collect, encode_stream, start_chat
 from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.limits import page_limit
@@ -66,7 +66,8 @@ async def create_response(
     response_store: NamedDependency[ResponseStore],
 ) -> Response[bytes]:
     record: RequestRecord = request.scope[SCOPE_KEY]
-    history = await _history(response_store, data.previous_response_id)
+    owner = _owner(request, models)
+    history = await _history(response_store, data.previous_response_id, owner)
     if skipped := responses.builtin_tools(data):
         log.info("built-in tools are not offered to the model", tools=skipped, model=data.model)
     items = responses.input_items(data)
@@ -77,23 +78,26 @@ async def create_response(
     chat = await start_chat(models, canonical, record, authorization=client_authorization(request))
     if data.stream:
         encoder = responses.StreamEncoder(meta)
-        frames = _stored_stream(chat, encoder, record, response_store if keep else None, context)
+        frames = _stored_stream(chat, encoder, record, response_store if keep else None, context, owner)
         return Stream(frames, media_type=encoder.media_type)
     result = await collect(chat, record, request.receive)
     reply = responses.build_response(result, meta)
     body = responses.encode_response(reply)
     if keep:
-        await _store(response_store, reply.id, body, context)
+        await _store(response_store, reply.id, body, context, owner)
     return Response(body, media_type="application/json")
 
 
 @get("/responses/{response_id:str}", summary="Retrieve a stored response", tags=["OpenAI Responses"], responses=RESPONSES_STORED)
 async def retrieve_response(
-    request: Request[Any, Any, Any], response_id: FromPath[str], response_store: NamedDependency[ResponseStore]
+    request: Request[Any, Any, Any],
+    response_id: FromPath[str],
+    response_store: NamedDependency[ResponseStore],
+    models: NamedDependency[ModelTable],
 ) -> Response[bytes]:
     if request.query_params.get("stream") in ("true", "1"):
         raise RequestError("stream: replaying a stored response as a stream is not supported; omit stream", param="stream")
-    stored = await response_store.get(response_id)
+    stored = await response_store.get(response_id, _owner(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     return Response(stored.response, media_type="application/json")
@@ -103,8 +107,13 @@ async def retrieve_response(
     "/responses/{response_id:str}", status_code=200, summary="Delete a stored response", tags=["OpenAI Responses"],
     responses=RESPONSES_DELETED,
 )
-async def delete_response(response_id: FromPath[str], response_store: NamedDependency[ResponseStore]) -> wire.Deleted:
-    if not await response_store.delete(response_id):
+async def delete_response(
+    request: Request[Any, Any, Any],
+    response_id: FromPath[str],
+    response_store: NamedDependency[ResponseStore],
+    models: NamedDependency[ModelTable],
+) -> wire.Deleted:
+    if not await response_store.delete(response_id, _owner(request, models)):
         raise ResponseNotFound(response_id)
     return wire.Deleted(id=response_id)
 
@@ -114,9 +123,12 @@ async def delete_response(response_id: FromPath[str], response_store: NamedDepen
     responses=RESPONSES_ITEMS,
 )
 async def list_input_items(
-    request: Request[Any, Any, Any], response_id: FromPath[str], response_store: NamedDependency[ResponseStore]
+    request: Request[Any, Any, Any],
+    response_id: FromPath[str],
+    response_store: NamedDependency[ResponseStore],
+    models: NamedDependency[ModelTable],
 ) -> wire.ItemList:
-    stored = await response_store.get(response_id)
+    stored = await response_store.get(response_id, _owner(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     query = request.query_params
@@ -142,11 +154,15 @@ async def list_input_items(
 # -- helpers -------------------------------------------------------------------------------
 
 
-async def _history(store: ResponseStore, previous_id: str | None) -> list[dict[str, Any]]:
-    """The items an earlier response saw and produced, in order."""
+def _owner(request: Request[Any, Any, Any], models: ModelTable) -> str:
+    return key_owner(request.scope, bool(models.config.api_keys))
+
+
+async def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
+    """The items an earlier response saw and produced, in order: only one of this key's."""
     if previous_id is None:
         return []
-    stored = await store.get(previous_id)
+    stored = await store.get(previous_id, owner)
     if stored is None:
         raise ResponseNotFound(previous_id, param="previous_response_id")
     earlier = _response_decoder.decode(stored.response)
@@ -163,19 +179,24 @@ async def _fetched(models: ModelTable, model: str, items: list[wire.InputItem]) 
 
 
 async def _stored_stream(
-    chat: Chat, encoder: responses.StreamEncoder, record: RequestRecord, store: ResponseStore | None, context: bytes
+    chat: Chat,
+    encoder: responses.StreamEncoder,
+    record: RequestRecord,
+    store: ResponseStore | None,
+    context: bytes,
+    owner: str,
 ) -> AsyncIterator[bytes]:
     stored = False
     async for frame in encode_stream(chat, encoder, record):
         if store is not None and not stored and encoder.final is not None:
             stored = True  # before the frame that ends the stream goes out
-            await _store(store, encoder.final.id, responses.encode_response(encoder.final), context)
+            await _store(store, encoder.final.id, responses.encode_response(encoder.final), context, owner)
         yield frame
 
 
-async def _store(store: ResponseStore, response_id: str, body: bytes, context: bytes) -> None:
+async def _store(store: ResponseStore, response_id: str, body: bytes, context: bytes, owner: str) -> None:
     try:
-        await store.put(StoredResponse(response_id, time.time(), body, context))
+        await store.put(StoredResponse(response_id, time.time(), body, context, owner))
     except Exception as exc:  # the reply itself is good; a full disk must not cut it
         log.error("could not store the response", response_id=response_id, error=str(exc))
 

@@ -1,0 +1,67 @@
+"""Stored responses belong to the API key that made them: over real HTTP with the
+official ``openai`` client, another key can neither read, list, chain from nor delete
+one (it is told "not found", as for an id that never existed)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.support.server import RunningServer, config_from_yaml, serve
+
+CONFIG = """\
+server:
+  api_keys: "key-a, key-b"
+  responses: {{path: {path}}}
+models:
+  - name: scripted
+    backend: tests.support.scripted:ScriptedBackend
+"""
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    path = tmp_path_factory.mktemp("owners") / "responses.sqlite3"
+    with serve(config_from_yaml(CONFIG.format(path=path))) as server:
+        yield server
+
+
+def client(server: RunningServer, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+
+
+def test_another_key_cannot_see_or_use_a_stored_response(guarded: RunningServer) -> None:
+    alice, bob = client(guarded, "key-a"), client(guarded, "key-b")
+    first = alice.responses.create(model="scripted", input="my secret is 42")
+
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve(first.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.input_items.list(first.id)
+    with pytest.raises(openai.NotFoundError) as chained:
+        bob.responses.create(model="scripted", input="what was it?", previous_response_id=first.id)
+    assert chained.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.delete(first.id)
+
+    # Still there, and still the owner's.
+    assert alice.responses.retrieve(first.id).id == first.id
+    second = alice.responses.create(model="scripted", input="what was it?", previous_response_id=first.id)
+    assert [i.content[0].text for i in alice.responses.input_items.list(second.id, order="asc").data if i.type == "message"][0] == "my secret is 42"  # type: ignore[union-attr]
+    alice.responses.delete(first.id)
+
+
+def test_a_store_file_from_before_owners_opens(tmp_path: Path) -> None:
+    """Files written before rows had owners gain the column; their rows are the
+    no-key server's ('')."""
+    path = tmp_path / "responses.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, created_at REAL NOT NULL, size INTEGER NOT NULL, response BLOB NOT NULL, input BLOB NOT NULL)")
+    with serve(config_from_yaml(f"server:\n  responses: {{path: {path}}}\nmodels:\n  - name: scripted\n    backend: tests.support.scripted:ScriptedBackend\n")) as server:
+        open_client = client(server, "anything")
+        made = open_client.responses.create(model="scripted", input="hello")
+        assert client(server, "another").responses.retrieve(made.id).id == made.id  # no keys: one client
