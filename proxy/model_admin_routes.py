@@ -44,6 +44,12 @@ class NotConfigured(DragomanError):
     status = 501
 
 
+class NotServed(DragomanError):
+    """A 404 with its own words (ModelNotFound would wrap them in "model '…' not found")."""
+
+    status = 404
+
+
 @post(
     "/api/pull",
     status_code=200,
@@ -72,10 +78,12 @@ def _pull_for(models: ModelTable, name: str) -> Callable[[ProgressCallback], Awa
     except ModelNotFound:
         build = buildable(name)
         if build is None:
-            raise ModelNotFound(
+            raise NotServed(
                 f"pull model manifest: model '{name}' is not served here: dragoman serves the models its config "
                 f"file names ({models.config.source}) and downloads none; add an entry for it (see README "
                 "'Configuration reference') and restart, or pick one of GET /api/tags",
+                param="model",
+                code="model_not_found",
             ) from None
         return build
     return lambda progress: _make_ready(backend, name, progress)

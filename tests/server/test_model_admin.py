@@ -43,6 +43,9 @@ def test_pulling_a_name_the_config_does_not_serve(ol: ollama.Client) -> None:
             list(result) if stream else None  # type: ignore[call-overload]
         assert info.value.status_code == 404
         assert "not served here" in info.value.error and "config" in info.value.error and "GET /api/tags" in info.value.error
+        # One sentence, not wrapped again in "model '…' not found".
+        assert info.value.error.startswith("pull model manifest: model 'llama3.2:1b' is not served here")
+        assert not info.value.error.endswith("not found")
 
 
 ADMIN = [
