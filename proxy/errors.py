@@ -7,6 +7,7 @@ errors happen before any handler knows more.
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -33,7 +34,21 @@ def error_body(dialect: Dialect, err: DragomanError) -> bytes:
         return anthropic.render_error(err)
     if dialect == "ollama":
         return ollama.render_error(err)
+    if dialect == "responses":
+        err = as_responses_error(err)
     return openai.render_error(err)
+
+
+def as_responses_error(err: DragomanError) -> DragomanError:
+    """Backends and shared checks name the whole conversation ``messages``, as chat
+    dialects call it; a Responses client sent it as ``input``."""
+    if err.param != "messages":
+        return err
+    renamed = copy.copy(err)
+    renamed.param = "input"
+    if err.message.startswith("messages:"):
+        renamed.message = "input:" + err.message.removeprefix("messages:")
+    return renamed
 
 
 def error_status(dialect: Dialect, err: DragomanError) -> int:

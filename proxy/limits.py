@@ -24,6 +24,35 @@ _SCHEMA_FIELD = {
     "anthropic": "output_config.format.schema", "responses": "text.format.schema",
 }  # fmt: skip
 _TOOL_FIELD = {"anthropic": "tools[{}].input_schema", "responses": "tools[{}].parameters"}
+_CONVERSATION_FIELD = {"openai": "messages", "ollama": "messages", "anthropic": "messages", "responses": "input"}
+
+
+def _message_field(dialect: Dialect, index: int, role: str) -> str:
+    """Canonical message ``index`` is the client's own only in the chat dialects: an
+    Anthropic ``system`` or Responses ``instructions`` becomes a message, tool results
+    and calls become messages of their own. Elsewhere name the collection and role."""
+    if dialect in ("openai", "ollama"):
+        return f"messages[{index}].content"
+    if role == "system" and dialect == "anthropic":
+        return "system"
+    if role == "system" and index == 0:
+        return "instructions (or the system message that opens input)"
+    return f"{_CONVERSATION_FIELD[dialect]} ({role} message)"
+
+
+def _param(field: str) -> str:
+    """The path part of a field named by _message_field or _call_field."""
+    return field.split(" (", 1)[0]
+
+
+def _call_field(dialect: Dialect, index: int, position: int, call_id: str | None, name: str) -> str:
+    """Where a client wrote an earlier tool call's arguments (see _message_field)."""
+    if dialect in ("openai", "ollama"):
+        return f"messages[{index}].tool_calls[{position}].function.arguments"
+    which = f"id '{call_id}'" if call_id else f"name '{name}'"
+    if dialect == "anthropic":
+        return f"messages (tool_use block {which}).input"
+    return f"input (function_call {which}).arguments"
 
 
 class PayloadTooLarge(DragomanError):
@@ -71,7 +100,7 @@ def check_request_shape(request: ChatRequest | CompletionRequest, limits: Limits
     prompt characters, JSON nesting), with a 400 naming the field as ``dialect``
     spells it and the ``server.limits`` key that sets the bound."""
     _check_stop(request, limits, dialect)
-    _check_prompt(request, limits)
+    _check_prompt(request, limits, dialect)
     _check_depth(request, limits, dialect)
 
 
@@ -112,13 +141,13 @@ def _check_stop(request: ChatRequest | CompletionRequest, limits: Limits, dialec
             )
 
 
-def _check_prompt(request: ChatRequest | CompletionRequest, limits: Limits) -> None:
+def _check_prompt(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
     if isinstance(request, ChatRequest):
         texts = [
-            (f"messages[{i}].content", sum(len(p.text) for p in m.parts if hasattr(p, "text")) + len(m.thinking or ""))
+            (_message_field(dialect, i, m.role), sum(len(p.text) for p in m.parts if hasattr(p, "text")) + len(m.thinking or ""))
             for i, m in enumerate(request.messages)
         ]
-        everything = "messages"
+        everything = _CONVERSATION_FIELD[dialect]
     else:
         texts = [(f, len(getattr(request, f) or "")) for f in ("prompt", "suffix", "system")]
         everything = "prompt"
@@ -128,7 +157,7 @@ def _check_prompt(request: ChatRequest | CompletionRequest, limits: Limits) -> N
             raise RequestError(
                 f"{field}: {size} characters; the limit is {limits.max_message_chars} "
                 "(server.limits.max_message_chars)",
-                param=field,
+                param=_param(field),
             )
         total += size
     if total > limits.max_prompt_chars:
@@ -149,14 +178,14 @@ def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, diale
         tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
         found += [(tool_field.format(i), tool.parameters) for i, tool in enumerate(request.tools)]
         found += [
-            (f"messages[{i}].tool_calls[{j}].function.arguments", call.arguments)
+            (_call_field(dialect, i, j, call.id, call.name), call.arguments)
             for i, message in enumerate(request.messages)
             for j, call in enumerate(message.tool_calls)
         ]
     for field, value in found:
         if value and too_deep(value, limit):
             raise RequestError(
-                f"{field}: JSON nested more than {limit} levels deep (server.limits.max_json_depth)", param=field
+                f"{field}: JSON nested more than {limit} levels deep (server.limits.max_json_depth)", param=_param(field)
             )
 
 
