@@ -58,6 +58,8 @@ def _prompt(
 ) -> ChatRequest:
     """What a Messages request and a count_tokens request share: the prompt."""
     _refuse_unsupported(request.mcp_servers)
+    if not request.messages:  # Anthropic refuses it too; a model would answer nothing in particular
+        raise RequestError("messages: at least one message is required", param="messages")
     tools = _tools(request.tools)
     think, level = _thinking(request.thinking, request.output_config, max_tokens)
     choice, parallel = _tool_choice(request.tool_choice, tools)
@@ -144,6 +146,9 @@ def _tools(tools: list[wire.ToolParam] | None) -> list[Tool]:
             raise UnsupportedFeature(message, param=param)
         if tool.input_schema is None:
             raise RequestError(f"tools[{i}].input_schema: field required", param=f"tools[{i}].input_schema")
+        if any(earlier.name == tool.name for earlier in converted):
+            # Which one a call means would be a guess; Anthropic refuses it as well.
+            raise RequestError(f"tools[{i}].name: tool names must be unique; '{tool.name}' is used twice", param=f"tools[{i}].name")
         converted.append(Tool(name=tool.name, description=tool.description, parameters=tool.input_schema))
     return converted
 

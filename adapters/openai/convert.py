@@ -40,6 +40,8 @@ _URL_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
 def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
     """The canonical request for an OpenAI client's request."""
     _refuse_unsupported(request)
+    if not request.messages:  # OpenAI refuses it too (Ollama's /api/chat loads the model instead)
+        raise RequestError("messages: must not be empty; send at least one message", param="messages")
     tools = [_tool(t) for t in request.tools or ()]
     think, think_level = _reasoning(request)
     return ChatRequest(

@@ -179,6 +179,8 @@ REFUSALS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("image in an assistant turn", {"messages": [*HI, {"role": "assistant", "content": [{"type": "image", "source": {"type": "base64", "data": PNG_B64}}]}]},
      UnsupportedFeature, "messages[1].content[0].type"),
     ("mcp servers", {"mcp_servers": [{"type": "url", "url": "https://x"}]}, UnsupportedFeature, "mcp_servers"),
+    ("no messages", {"messages": []}, RequestError, "messages"),
+    ("two tools of one name", {"tools": [WEATHER, WEATHER]}, RequestError, "tools[1].name"),
 ]  # fmt: skip
 
 

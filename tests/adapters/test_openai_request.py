@@ -302,6 +302,7 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("json_schema without json_schema", {"response_format": {"type": "json_schema"}}, "response_format.json_schema", "required"),
     ("keep_alive without unit", {"keep_alive": "10"}, "keep_alive", "no unit"),
     ("keep_alive nonsense", {"keep_alive": "soon"}, "keep_alive", "not valid"),
+    ("no messages", {"messages": []}, "messages", "must not be empty"),
 ]  # fmt: skip
 
 

@@ -115,7 +115,9 @@ def test_decoders_refuse_cleanly_and_accept_only_what_backends_take(dialect: str
         # An upstream of either dialect accepts what the client got accepted, so a request
         # means the same whichever backend answers it.
         ollama.to_canonical(msgspec.json.decode(ollama.to_upstream(request, "m"), type=ollama.ChatRequest))
-        if not beyond_openai_penalties(request.options) and not beyond_openai_roles(request):
+        # An Ollama request without messages is a load (proxy/ollama_routes.py), never sent
+        # as a chat; OpenAI refuses an empty conversation.
+        if request.messages and not beyond_openai_penalties(request.options) and not beyond_openai_roles(request):
             sent, _ = openai.to_upstream(request, "m", extra_options=True)
             openai.to_canonical(msgspec.json.decode(sent, type=openai.ChatCompletionRequest))
 

@@ -80,3 +80,31 @@ def test_responses_name_the_conversation_input(scripted_server: RunningServer, i
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["param"] == "input" and error["message"].startswith(message), error
+
+
+def test_an_empty_conversation_is_refused_as_the_real_apis_do(scripted_server: RunningServer) -> None:
+    """Anthropic and OpenAI chat refuse ``messages: []`` (a model would answer nothing in
+    particular, at full cost); Ollama's ``/api/chat`` loads the model instead."""
+    import anthropic
+    import openai
+
+    claude = anthropic.Anthropic(base_url=scripted_server.url, api_key="x", max_retries=0)
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="scripted", max_tokens=8, messages=[])
+    assert refused.value.body["error"]["message"] == "messages: at least one message is required"  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.count_tokens(model="scripted", messages=[])
+    gpt = openai.OpenAI(base_url=scripted_server.url + "/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused_too:
+        gpt.chat.completions.create(model="scripted", messages=[])
+    assert refused_too.value.body["param"] == "messages"  # type: ignore[index]
+    loaded = httpx.post(scripted_server.url + "/api/chat", json={"model": "scripted", "messages": [], "stream": False})
+    assert loaded.json()["done_reason"] == "load"
+
+
+def test_anthropic_tool_names_must_be_unique(scripted_server: RunningServer) -> None:
+    tool = {"name": "get_weather", "input_schema": {"type": "object"}}
+    body = {"model": "scripted", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "tools": [tool, tool]}
+    r = post(scripted_server, "/v1/messages", body)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "tools[1].name: tool names must be unique; 'get_weather' is used twice"
