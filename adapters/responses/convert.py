@@ -33,6 +33,7 @@ from adapters.canonical import (
 from adapters.errors import RequestError, UnsupportedFeature
 from adapters.images import decode_image_data_uri
 from adapters.responses import wire
+from adapters.responses.echoed import check_echoed
 from adapters.responses.ids import decode_reasoning
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -55,6 +56,7 @@ def to_canonical(
     """The canonical request; ``history`` holds the earlier response's items, ``fetched``
     maps image URLs the proxy fetched to data URIs."""
     _refuse_unsupported(request)
+    check_echoed(request)
     tools = function_tools(request.tools)
     tools, choice = _tool_choice(request.tool_choice, tools)
     think, level = _reasoning(request.reasoning)

@@ -177,7 +177,19 @@ REFUSALS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
      RequestError, "input[0].arguments"),
     ("call without call_id", {"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, RequestError, "input[0].call_id"),
     ("output without output", {"input": [{"type": "function_call_output", "call_id": "c"}]}, RequestError, "input[0].output"),
+    # Echoed back and stored, never seen by the model: bounded (OpenAI's metadata bounds).
+    ("17 metadata pairs", {"metadata": {f"k{i}": "v" for i in range(17)}}, RequestError, "metadata"),
+    ("a long metadata key", {"metadata": {"k" * 65: "v"}}, RequestError, "metadata"),
+    ("a long metadata value", {"metadata": {"k": "v" * 513}}, RequestError, "metadata.k"),
+    ("built-in tools of 300 KB", {"tools": [{"type": "web_search", "filters": {"allowed_domains": ["x" * 1000] * 300}}]},
+     RequestError, "tools"),
+    ("a long prompt_cache_key", {"prompt_cache_key": "k" * 513}, RequestError, "prompt_cache_key"),
+    ("a long user", {"user": "u" * 513}, RequestError, "user"),
 ]  # fmt: skip
+
+
+def test_echoed_fields_at_their_bounds_pass() -> None:
+    convert(metadata={f"{i:064d}": "v" * 512 for i in range(16)}, prompt_cache_key="k" * 512, user="u" * 512)
 
 
 @pytest.mark.parametrize(("name", "fields", "error", "param"), REFUSALS, ids=[r[0] for r in REFUSALS])

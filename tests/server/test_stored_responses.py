@@ -1,12 +1,14 @@
-"""Stored responses belong to the API key that made them: over real HTTP with the
-official ``openai`` client, another key can neither read, list, chain from nor delete
-one (it is told "not found", as for an id that never existed)."""
+"""Stored responses over real HTTP with the official ``openai`` client: they belong to
+the API key that made them (another key can neither read, list, chain from nor delete
+one; it is told "not found", as for an id that never existed), and no one request can
+fill the store."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -65,3 +67,17 @@ def test_a_store_file_from_before_owners_opens(tmp_path: Path) -> None:
         open_client = client(server, "anything")
         made = open_client.responses.create(model="scripted", input="hello")
         assert client(server, "another").responses.retrieve(made.id).id == made.id  # no keys: one client
+
+
+def test_one_request_cannot_fill_the_store(scripted_server: RunningServer) -> None:
+    """What is echoed back without reaching the model (built-in tools, metadata,
+    identifiers) was stored whole: a request of a few tokens stored ~27 MB, so ten of
+    them pushed every other client's stored responses out of max_bytes."""
+    client = openai.OpenAI(base_url=scripted_server.url + "/v1", api_key="x", max_retries=0)
+    kept = client.responses.create(model="scripted", input="hello")
+    junk: dict[str, Any] = {"type": "web_search", "filters": {"allowed_domains": ["x" * 1000] * 10_000}}
+    for extra in ({"tools": [junk]}, {"metadata": {f"k{i}": "v" * 512 for i in range(1000)}}, {"prompt_cache_key": "k" * 5_000_000}):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="scripted", input="hello", **extra)
+        assert refused.value.body["param"] in ("tools", "metadata", "prompt_cache_key")  # type: ignore[index]
+    assert client.responses.retrieve(kept.id).id == kept.id
