@@ -30,24 +30,40 @@ log = structlog.get_logger("dragoman.errors")
 
 def error_body(dialect: Dialect, err: DragomanError) -> bytes:
     """``err`` as the body ``dialect`` expects (Responses errors are OpenAI's)."""
+    err = in_dialect_terms(dialect, err)
     if dialect == "anthropic":
         return anthropic.render_error(err)
     if dialect == "ollama":
         return ollama.render_error(err)
-    if dialect == "responses":
-        err = as_responses_error(err)
     return openai.render_error(err)
 
 
-def as_responses_error(err: DragomanError) -> DragomanError:
-    """Backends and shared checks name the whole conversation ``messages``, as chat
-    dialects call it; a Responses client sent it as ``input``."""
-    if err.param != "messages":
+# Backends name the fields of the canonical request as OpenAI chat spells them; these
+# are the ones a backend raises about, as each client wrote them.
+_FIELD_NAMES: dict[str, dict[str, str]] = {
+    "messages": {"responses": "input"},
+    "response_format": {"ollama": "format", "anthropic": "output_config.format", "responses": "text.format"},
+}
+# Backend messages that do not start with the field they are about (the grammar
+# compiler's words): the field goes in front, so every dialect's message names it.
+_UNNAMED = ("invalid constraint: ",)
+
+
+def in_dialect_terms(dialect: Dialect, err: DragomanError) -> DragomanError:
+    """``err`` naming its field as the client of ``dialect`` wrote it."""
+    param = err.param
+    if param is None or param not in _FIELD_NAMES:
+        return err
+    field = _FIELD_NAMES[param].get(dialect, param)
+    message = err.message
+    if message.startswith(f"{param}:"):
+        message = field + message.removeprefix(param)
+    elif message.startswith(_UNNAMED):
+        message = f"{field}: {message}"
+    if field == param and message == err.message:
         return err
     renamed = copy.copy(err)
-    renamed.param = "input"
-    if err.message.startswith("messages:"):
-        renamed.message = "input:" + err.message.removeprefix("messages:")
+    renamed.param, renamed.message = field, message
     return renamed
 
 
