@@ -132,8 +132,9 @@ def _thinking(
 def _output_format(config: wire.OutputConfig | None) -> ResponseFormat:
     if config is None or config.format is None:
         return ResponseFormat()
-    if config.format.schema is None:
-        return ResponseFormat(type="json")
+    if config.format.schema is None:  # Anthropic requires it too; guessing JSON mode would hide the mistake
+        param = "output_config.format.schema"
+        raise RequestError(f"{param}: field required when output_config.format.type is 'json_schema'", param=param)
     return ResponseFormat(type="json_schema", schema=config.format.schema)
 
 

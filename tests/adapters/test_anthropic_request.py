@@ -181,6 +181,8 @@ REFUSALS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("mcp servers", {"mcp_servers": [{"type": "url", "url": "https://x"}]}, UnsupportedFeature, "mcp_servers"),
     ("no messages", {"messages": []}, RequestError, "messages"),
     ("two tools of one name", {"tools": [WEATHER, WEATHER]}, RequestError, "tools[1].name"),
+    ("json_schema format without schema", {"output_config": {"format": {"type": "json_schema"}}}, RequestError,
+     "output_config.format.schema"),
 ]  # fmt: skip
 
 

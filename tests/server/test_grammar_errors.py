@@ -5,6 +5,7 @@ field it wrote. On the real default model over real HTTP, with the official clie
 from __future__ import annotations
 
 import anthropic
+import httpx
 import ollama
 import openai
 import pytest
@@ -39,3 +40,11 @@ def test_each_dialect_names_its_own_schema_field(real_server: RunningServer) -> 
         )  # fmt: skip
     assert messages.value.body["error"]["message"].startswith("output_config.format: invalid constraint:")  # type: ignore[index]
 
+
+
+def test_anthropic_json_schema_format_needs_its_schema(real_server: RunningServer) -> None:
+    body = {"model": "smollm2:135m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}],
+            "output_config": {"format": {"type": "json_schema"}}}  # fmt: skip
+    r = httpx.post(real_server.url + "/v1/messages", json=body, timeout=60)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "output_config.format.schema: field required when output_config.format.type is 'json_schema'"
