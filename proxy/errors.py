@@ -98,9 +98,32 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     if isinstance(exc, MethodNotAllowedException):
         message = f"{request.method} is not allowed on {request.url.path}"
         return render(request, DragomanError(message, status=405, code="method_not_allowed"))
+    if exc.status_code == 413:
+        return render(request, _too_large(request))
     if isinstance(exc, ClientException) and exc.status_code == 400:
+        if (encoding := request.headers.get("content-encoding", "identity").strip().lower()) != "identity":
+            # Litestar reads the bytes as sent: a gzip body fails as "invalid character".
+            message = f"request body: sent with Content-Encoding '{encoding}', which is not decoded here; send it uncompressed"
+            return render(request, DragomanError(message, status=415, code="unsupported_content_encoding"))
         return render(request, RequestError(_body_problem(exc.detail)))
     return render(request, DragomanError(exc.detail, status=exc.status_code))
+
+
+def _too_large(request: Request[Any, Any, Any]) -> DragomanError:
+    """The route's own bound (the page's turn view has a smaller one) or the server's."""
+    table = getattr(request.app.state, "models", None)
+    server_limit = table.limits.max_body_bytes if table is not None else None
+    try:
+        limit = request.route_handler.resolve_request_max_body_size()
+    except Exception:  # no route resolved: the server's bound applies
+        limit = server_limit
+    setting = " (server.limits.max_body_bytes)" if limit == server_limit else ""
+    bound = f"{limit} bytes{setting}" if limit else "the server's limit"
+    return DragomanError(
+        f"request body: larger than {bound}; send less (fewer or smaller images, a shorter prompt)",
+        status=413,
+        code="request_too_large",
+    )
 
 
 def handle_recursion(request: Request[Any, Any, Any], exc: RecursionError) -> Response[bytes]:

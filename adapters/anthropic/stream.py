@@ -82,6 +82,7 @@ def error_type(status: int) -> str:
         403: "permission_error",
         404: "not_found_error",
         413: "request_too_large",
+        415: "invalid_request_error",
         422: "invalid_request_error",
         429: "rate_limit_error",
         503: "overloaded_error",

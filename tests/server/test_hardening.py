@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import signal
@@ -99,6 +100,23 @@ def test_body_too_large_is_413(guarded: RunningServer) -> None:
     big = {"model": "scripted", "messages": user("x" * 300_000)}
     r = httpx.post(guarded.url + "/api/chat", json=big, headers=AUTH)
     assert r.status_code == 413 and isinstance(r.json()["error"], str)
+    # It says the bound and the setting, in each dialect (it was "Request Entity Too Large").
+    assert r.json()["error"].startswith("request body: larger than 200000 bytes (server.limits.max_body_bytes)")
+    claude = httpx.post(guarded.url + "/v1/messages", json=big | {"max_tokens": 8}, headers=AUTH)
+    assert claude.status_code == 413 and claude.json()["error"]["type"] == "request_too_large"
+    assert "200000 bytes (server.limits.max_body_bytes)" in claude.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions", "/v1/messages", "/v1/responses"])
+def test_a_compressed_body_is_415_saying_so(guarded: RunningServer, path: str) -> None:
+    body = gzip.compress(json.dumps({"model": "scripted", "max_tokens": 8, "messages": user("hi"), "input": "hi"}).encode())
+    headers = AUTH | {"content-type": "application/json", "content-encoding": "gzip"}
+    r = httpx.post(guarded.url + path, content=body, headers=headers)
+    assert r.status_code == 415  # was a 400 "invalid character (byte 0)"
+    text = r.text
+    assert "Content-Encoding 'gzip'" in text and "send it uncompressed" in text
+    if path != "/api/chat":
+        assert r.json()["error"]["type"] == "invalid_request_error"  # a client's mistake, not api_error
 
 
 def test_image_limits(guarded: RunningServer) -> None:

@@ -159,6 +159,7 @@ def test_turn_view_errors_are_clear(http: httpx.Client) -> None:
     assert (response.status_code, response.json()) == (404, {"error": "model 'nope' not found"})
     response = http.post("/ui/api/turn", content=b"x" * (5 * 1024 * 1024), headers=AUTH)
     assert response.status_code == 413
+    assert response.json()["error"].startswith(f"request body: larger than {4 * 1024 * 1024} bytes;")  # the view's own bound
 
 
 def test_turn_views_do_not_count_as_chats(http: httpx.Client) -> None:
