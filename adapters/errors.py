@@ -140,7 +140,7 @@ def retry_after_seconds(value: float | None) -> int | None:
 
 def openai_error_type(status: int) -> str:
     """OpenAI's ``error.type`` for a status (as Ollama and OpenAI spell them)."""
-    if status in (400, 413, 415, 422):
+    if status in (400, 405, 413, 415, 422):
         return "invalid_request_error"
     if status == 401:
         return "authentication_error"

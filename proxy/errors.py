@@ -96,8 +96,12 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
         message = f"{request.method} {request.url.path}: no such endpoint"
         return render(request, DragomanError(message, status=404, code="not_found"))
     if isinstance(exc, MethodNotAllowedException):
-        message = f"{request.method} is not allowed on {request.url.path}"
-        return render(request, DragomanError(message, status=405, code="method_not_allowed"))
+        allow = ", ".join(m for m in (exc.headers or {}).get("allow", "").split(", ") if m and m != "OPTIONS")
+        message = f"{request.method} is not allowed on {request.url.path}" + (f"; use {allow}" if allow else "")
+        response = render(request, DragomanError(message, status=405, code="method_not_allowed"))
+        if allow:
+            response.headers["Allow"] = allow  # RFC 9110: a 405 says what is
+        return response
     if exc.status_code == 413:
         return render(request, _too_large(request))
     if isinstance(exc, ClientException) and exc.status_code == 400:

@@ -81,6 +81,7 @@ def error_type(status: int) -> str:
         402: "billing_error",
         403: "permission_error",
         404: "not_found_error",
+        405: "invalid_request_error",
         413: "request_too_large",
         415: "invalid_request_error",
         422: "invalid_request_error",

@@ -105,6 +105,13 @@ def test_wrong_method_is_405(scripted_server: RunningServer) -> None:
     r = httpx.get(scripted_server.url + OLLAMA)
     assert r.status_code == 405
     assert "not allowed" in r.json()["error"]
+    # It says what is allowed, in the body and in Allow (RFC 9110), as a client error.
+    assert r.json()["error"] == f"GET is not allowed on {OLLAMA}; use POST" and r.headers["allow"] == "POST"
+    claude = httpx.get(scripted_server.url + "/v1/messages")
+    assert claude.status_code == 405 and claude.json()["error"]["type"] == "invalid_request_error"
+    assert claude.json()["error"]["message"].endswith("; use POST")
+    gpt = httpx.put(scripted_server.url + "/v1/responses/resp_1")
+    assert gpt.json()["error"]["type"] == "invalid_request_error" and set(gpt.headers["allow"].split(", ")) == {"GET", "DELETE"}
 
 
 def test_openai_client_raises_typed_errors(scripted_server: RunningServer) -> None:
