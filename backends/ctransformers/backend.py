@@ -70,7 +70,9 @@ DEFAULT_MAX_CONTEXT = 4096
 
 class RequestRecord(msgspec.Struct, frozen=True):
     """How a request ended, kept for the last 100 (``tokens_at_cancel`` is what the
-    client had been sent when it went away; generation must stop within a token)."""
+    worker had generated when the client went away — the client may have read fewer,
+    as text waits in the queue when the loop is busy; generation must stop within a
+    token of it)."""
 
     request_id: int
     reason: str
@@ -97,10 +99,12 @@ class _Run:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.cancel = threading.Event()
         self.tokens = 0  # generated when the last text arrived
+        self.generated = 0  # generated when the worker last emitted (it may be ahead of the queue's reader)
         self.tokens_at_cancel: int | None = None
 
     def emit(self, text: str, tokens: int) -> None:
         """Called on the worker thread."""
+        self.generated = tokens
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (text, tokens))
         except RuntimeError:  # the loop is closed: nobody is listening any more
@@ -292,8 +296,8 @@ class CTransformersBackend:
             yield self._finish(future, began, load_ns)
         finally:
             if not done:  # the client went away (or the stream was closed)
-                run.tokens_at_cancel = run.tokens
                 run.cancel.set()
+                run.tokens_at_cancel = max(run.tokens, run.generated)
 
     def _work(
         self, llm: Any, file: ModelFile, pieces: list[str | int], plan: SamplePlan, limit: int, run: _Run
