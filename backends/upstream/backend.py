@@ -13,9 +13,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import ClassVar, Protocol
 
-import httpx
+import aiohttp
 import msgspec
 import structlog
+from yarl import URL
 
 from adapters.canonical import (
     ChatRequest,
@@ -86,9 +87,9 @@ class HttpUpstreamBackend:
         s = self.settings
         self.pool = EndpointPool(s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name)
         self._clients = ClientLease(s.max_connections)
-        self._urls: dict[tuple[str, str], httpx.URL] = {}  # (endpoint, path) -> URL, parsed once
+        self._urls: dict[tuple[str, str], URL] = {}  # (endpoint, path) -> URL, parsed once
         # Connect bounded here; every later wait by our own deadlines (exchange.py).
-        self._timeout = httpx.Timeout(connect=s.connect_timeout, read=None, write=s.idle_timeout, pool=None)
+        self._timeout = aiohttp.ClientTimeout(sock_connect=s.connect_timeout)
         self._secret = s.secret_key
         # Bodies are read raw, chunk by chunk: ask for them uncompressed.
         self._headers = {"content-type": "application/json", "accept-encoding": "identity", **self.dialect_headers()}
@@ -216,9 +217,6 @@ class HttpUpstreamBackend:
                 break
             client = self._clients.client_for(endpoint.url)
             headers, redact = self.headers_for(endpoint, request)
-            http_request = client.build_request(
-                "POST", self._url(endpoint, call.path), content=body, headers=headers, timeout=self._timeout
-            )
             # A whole reply is sent when it is done: only total_timeout bounds the wait.
             if request.stream:
                 deadline, silence = min(now + s.first_byte_timeout, total_deadline), self._first_byte_silence
@@ -228,8 +226,8 @@ class HttpUpstreamBackend:
             try:
                 try:
                     reply = await open_reply(
-                        client, http_request, deadline, self.error_decoder(redact), silence=silence,
-                        upstream=endpoint.label,
+                        client, self.url(endpoint, call.path), body, headers, self._timeout, deadline,
+                        self.error_decoder(redact), silence=silence, upstream=endpoint.label,
                     )
                     self.pool.succeeded(endpoint)
                     if not request.stream:
@@ -256,10 +254,11 @@ class HttpUpstreamBackend:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _url(self, endpoint: Endpoint, path: str) -> httpx.URL:
+    def url(self, endpoint: Endpoint, path: str) -> URL:
+        """``path`` below ``endpoint``'s base URL, parsed once."""
         url = self._urls.get((endpoint.url, path))
         if url is None:
-            url = self._urls[(endpoint.url, path)] = httpx.URL(endpoint.url + path)
+            url = self._urls[(endpoint.url, path)] = URL(endpoint.url + path)
         return url
 
     def headers_for(self, endpoint: Endpoint, request: Request | EmbedRequest | None = None) -> tuple[dict[str, str], Redactor]:
@@ -294,8 +293,8 @@ class HttpUpstreamBackend:
         try:
             body = await read_rest(reply, s.idle_timeout, total_deadline, max_bytes=s.max_reply_bytes, upstream=endpoint.label)
         finally:
-            await reply.response.aclose()
-        content_type = reply.response.headers.get("content-type", "")
+            await reply.aclose()
+        content_type = reply.header("content-type")
         if "text/event-stream" not in content_type and "ndjson" not in content_type:
             return call.parse(body)
         decoder = call.decoder()
@@ -324,16 +323,17 @@ class HttpUpstreamBackend:
                     yield event
                 try:
                     chunk = await watch.read(reply.chunks)
-                except TimeoutError:
+                except TimeoutError as exc:
+                    if isinstance(exc, aiohttp.ClientError):  # aiohttp's own, not our deadline
+                        yield self._lost(endpoint, model, exc)
+                        return
                     seconds = getattr(self.settings, watch.expired or "idle_timeout")
                     reason = f"sent nothing for {seconds:g}s ({watch.expired})"
                     self.pool.failed(endpoint, reason)
                     yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=504)
                     return
                 except TRANSPORT_ERRORS as exc:
-                    reason = f"connection lost mid-reply: {describe(exc)}"
-                    self.pool.failed(endpoint, reason)
-                    yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=502)
+                    yield self._lost(endpoint, model, exc)
                     return
             for line in splitter.tail():
                 for event in decoder.feed(line):
@@ -342,7 +342,12 @@ class HttpUpstreamBackend:
                 yield event
         finally:
             watch.close()
-            await reply.response.aclose()
+            await reply.aclose()
+
+    def _lost(self, endpoint: Endpoint, model: str, exc: BaseException) -> ErrorEvent:
+        reason = f"connection lost mid-reply: {describe(exc)}"
+        self.pool.failed(endpoint, reason)
+        return ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=502)
 
     def _exhausted(self, model: str, failures: list[tuple[Endpoint, Failed]]) -> DragomanError:
         """The error when no endpoint answered: the upstream's own 5xx if one gave one,

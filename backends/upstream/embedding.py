@@ -44,21 +44,18 @@ async def post_whole(
             break
         client = backend._clients.client_for(endpoint.url)
         headers, redact = backend.headers_for(endpoint, request)
-        http_request = client.build_request(
-            "POST", endpoint.url + path, content=body, headers=headers, timeout=backend._timeout
-        )
         endpoint.outstanding += 1
         try:
             reply = await open_reply(
-                client, http_request, total_deadline, backend.error_decoder(redact), silence=backend._total_silence,
-                upstream=endpoint.label,
+                client, backend.url(endpoint, path), body, headers, backend._timeout, total_deadline,
+                backend.error_decoder(redact), silence=backend._total_silence, upstream=endpoint.label,
             )
             try:
                 raw = await read_rest(
                     reply, s.idle_timeout, total_deadline, max_bytes=s.max_reply_bytes, upstream=endpoint.label
                 )
             finally:
-                await reply.response.aclose()
+                await reply.aclose()
             backend.pool.succeeded(endpoint)
         except Failed as failed:
             backend.pool.failed(endpoint, failed.reason)

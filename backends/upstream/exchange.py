@@ -3,9 +3,11 @@
 Deadlines are event-loop times. Waits for the start of a reply get an
 ``asyncio.timeout_at``; reads of the body a :class:`ReadWatch`. Neither spans a
 ``yield`` (a timeout firing while the consumer holds the generator would cancel the
-consumer instead). Transport errors are told apart by
-*when* they happen, not by class: the aiohttp transport maps a server disconnect to
-``httpx.ConnectTimeout``, so the class says little.
+consumer instead). Transport errors are told apart by *when* they happen, not by
+class: a server that closes the connection early can surface as several aiohttp
+classes, so the class says little. aiohttp's own timeouts (only ``connect_timeout``
+is set) are ``TimeoutError`` subclasses too; they are transport failures, caught
+before our deadlines' ``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -13,19 +15,21 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from email.utils import parsedate_to_datetime
 
 import aiohttp
-import httpx
+from yarl import URL
 
 from adapters.errors import RETRY_AFTER_MAX, RETRY_AFTER_MIN, BackendError, DragomanError
+from backends.upstream.clients import NO_TIMEOUT
 from backends.upstream.endpoints import display_url
 from backends.upstream.watch import ReadWatch
 
-# What a broken connection raises, whichever transport httpx runs on.
-TRANSPORT_ERRORS = (httpx.RequestError, aiohttp.ClientError, OSError)
+# What a broken connection raises.
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
 ERROR_BODY_LIMIT = 64 * 1024
+CHUNK_SIZE = 16 * 1024  # the most one read of a body returns
 
 ErrorDecoder = Callable[[int, bytes], DragomanError]
 
@@ -52,46 +56,72 @@ class Reply:
 
     __slots__ = ("response", "chunks", "first")
 
-    def __init__(self, response: httpx.Response, chunks: AsyncIterator[bytes], first: bytes) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, chunks: AsyncIterator[bytes], first: bytes) -> None:
         self.response = response
         self.chunks = chunks
         self.first = first
 
+    def header(self, name: str) -> str:
+        return header(self.response, name)
+
+    async def aclose(self) -> None:
+        await close_response(self.response)
+
+
+def header(response: aiohttp.ClientResponse, name: str) -> str:
+    """A header's value, repeated ones joined with ``, `` (as HTTP reads them); ``""``
+    when absent."""
+    values = response.headers.getall(name, ())
+    return values[0] if len(values) == 1 else ", ".join(values)
+
+
+async def close_response(response: aiohttp.ClientResponse) -> None:
+    """Hands the connection back to the pool, or closes it when the body was not read
+    to its end (a connection mid-reply cannot carry another request)."""
+    response.release()
+    await response.wait_for_close()
+
 
 async def open_reply(
-    client: httpx.AsyncClient,
-    request: httpx.Request,
+    client: aiohttp.ClientSession,
+    url: URL | str,
+    body: bytes,
+    headers: Mapping[str, str],
+    timeout: aiohttp.ClientTimeout,
     deadline: float,
     decode_error: ErrorDecoder,
     *,
     silence: str,
     upstream: str = "",
 ) -> Reply:
-    """Send ``request`` and wait, until ``deadline``, for a 2xx status and the first body
-    bytes. Raises :class:`Failed` for what another endpoint might not do (no connection,
-    5xx, a status that is no HTTP reply status, silence, a close before any byte) and
-    the upstream's error for a 4xx. ``silence`` says which timeout the deadline came
-    from, and ``upstream`` (the endpoint, without credentials) who answered, for the
-    messages."""
+    """POST ``body`` to ``url`` and wait, until ``deadline``, for a 2xx status and the
+    first body bytes. Raises :class:`Failed` for what another endpoint might not do (no
+    connection, 5xx, a status that is no HTTP reply status, silence, a close before any
+    byte) and the upstream's error for a 4xx. ``silence`` says which timeout the
+    deadline came from, and ``upstream`` (the endpoint, without credentials) who
+    answered, for the messages."""
     try:
         async with asyncio.timeout_at(deadline):
-            response = await client.send(request, stream=True)
+            response = await client.request(
+                "POST", url, data=body, headers=headers, timeout=timeout, allow_redirects=False, compress=False
+            )
             try:
-                if not 200 <= response.status_code <= 299:
+                if not 200 <= response.status <= 299:
                     raise _status_error(response, await _read_capped(response), decode_error, upstream)
                 _check_encoding(response, upstream)
-                # The transport's stream itself: aiter_raw() adds a generator per chunk.
-                chunks = aiter(response.stream)  # type: ignore[arg-type]
+                chunks = response.content.iter_chunked(CHUNK_SIZE)
                 first = await anext(chunks, b"")
             except BaseException:
-                await response.aclose()
+                await close_response(response)
                 raise
+    except aiohttp.ClientError as exc:  # before TimeoutError: aiohttp's connect timeout is one
+        raise Failed(describe(exc)) from exc
     except TimeoutError:
         raise Failed(f"sent nothing within {silence}", timed_out=True) from None
-    except TRANSPORT_ERRORS as exc:
+    except OSError as exc:
         raise Failed(describe(exc)) from exc
     if not first:
-        await response.aclose()
+        await close_response(response)
         raise Failed("closed the reply before sending a byte", responded=True)
     return Reply(response, chunks, first)
 
@@ -102,7 +132,7 @@ async def read_rest(
     """The rest of a whole (non-streaming) reply body; :class:`Failed` if it stalls or
     breaks, since nothing of it can have reached the client yet, and
     :class:`ReplyTooLarge` past ``max_bytes`` (checked as it arrives, not after)."""
-    declared = reply.response.headers.get("content-length", "")
+    declared = reply.header("content-length")
     if declared.isdigit() and int(declared) > max_bytes:
         raise ReplyTooLarge(f"upstream {upstream} announced a reply of {int(declared)} bytes; {_over(max_bytes)}")
     watch = ReadWatch(idle_timeout, total_deadline)
@@ -114,9 +144,11 @@ async def read_rest(
             if size > max_bytes:
                 raise ReplyTooLarge(f"upstream {upstream} sent a reply larger than {max_bytes} bytes; {_over(max_bytes)}")
             pieces.append(chunk)
+    except aiohttp.ClientError as exc:
+        raise Failed(f"connection lost mid-reply: {describe(exc)}", responded=True) from exc
     except TimeoutError:
         raise Failed(f"stopped sending mid-reply ({watch.expired})", timed_out=True, responded=True) from None
-    except TRANSPORT_ERRORS as exc:
+    except OSError as exc:
         raise Failed(f"connection lost mid-reply: {describe(exc)}", responded=True) from exc
     finally:
         watch.close()
@@ -124,45 +156,47 @@ async def read_rest(
 
 
 async def get_json_body(
-    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout: float, *, max_bytes: int
+    client: aiohttp.ClientSession, url: str, headers: Mapping[str, str], timeout: float, *, max_bytes: int
 ) -> bytes:
     """A small GET (model lists): the body of a 2xx, at most ``max_bytes``, else
     ``BackendError``. ``url`` carries no credentials (they travel in ``headers``)."""
     try:
         async with asyncio.timeout(timeout):
-            async with client.stream("GET", url, headers=headers) as response:
-                if not 200 <= response.status_code <= 299:
-                    raise BackendError(f"GET {url}: HTTP {response.status_code}", status=502)
+            async with client.request("GET", url, headers=headers, timeout=NO_TIMEOUT, allow_redirects=False) as response:
+                if not 200 <= response.status <= 299:
+                    raise BackendError(f"GET {url}: HTTP {response.status}", status=502)
                 body = bytearray()
-                async for chunk in response.aiter_raw():
+                async for chunk in response.content.iter_chunked(CHUNK_SIZE):
                     body += chunk
                     if len(body) > max_bytes:
                         raise ReplyTooLarge(f"GET {url}: larger than {max_bytes} bytes; {_over(max_bytes)}")
+    except aiohttp.ClientError as exc:
+        raise BackendError(f"GET {url}: {describe(exc)}") from exc
     except TimeoutError:
         raise BackendError(f"GET {url}: no answer within {timeout:g}s") from None
-    except TRANSPORT_ERRORS as exc:
+    except OSError as exc:
         raise BackendError(f"GET {url}: {describe(exc)}") from exc
     return bytes(body)
 
 
-def _status_error(response: httpx.Response, body: bytes, decode_error: ErrorDecoder, upstream: str) -> Exception:
-    status = response.status_code
+def _status_error(response: aiohttp.ClientResponse, body: bytes, decode_error: ErrorDecoder, upstream: str) -> Exception:
+    status = response.status
     if 300 <= status <= 399:
-        where = display_url(response.headers.get("location", "elsewhere"))
+        where = display_url(header(response, "location") or "elsewhere")
         return BackendError(f"upstream {upstream} redirected to {where}; configure that URL instead")
     if not 400 <= status <= 599:  # 1xx, or no HTTP status at all (600 and up)
         error = BackendError(f"upstream {upstream} answered HTTP {status}, which is not a status a reply can have")
         return Failed(f"HTTP {status}: not a reply status", error=error, responded=True)
     error = decode_error(status, body)
-    error.retry_after = retry_after(response.headers.get("retry-after"))
+    error.retry_after = retry_after(header(response, "retry-after"))
     if status >= 500:
         return Failed(f"HTTP {status}: {error.message}", error=error, responded=True)
     return error
 
 
-async def _read_capped(response: httpx.Response) -> bytes:
+async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
     body = bytearray()
-    async for chunk in response.aiter_raw():
+    async for chunk in response.content.iter_chunked(CHUNK_SIZE):
         body += chunk
         if len(body) >= ERROR_BODY_LIMIT:
             break
@@ -189,10 +223,10 @@ def retry_after(value: str | None) -> float | None:
     return float(min(max(seconds, RETRY_AFTER_MIN), RETRY_AFTER_MAX))
 
 
-def _check_encoding(response: httpx.Response, upstream: str) -> None:
+def _check_encoding(response: aiohttp.ClientResponse, upstream: str) -> None:
     """Bodies are asked for and read as ``identity``: a compressed one would be read
     as garbage (or, decompressed, could be a bomb), so it is refused by name."""
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    encoding = header(response, "content-encoding").strip().lower()
     if encoding not in ("", "identity"):
         error = BackendError(
             f"upstream {upstream} sent its reply with Content-Encoding '{encoding}' although asked for identity"
@@ -205,11 +239,8 @@ def _over(limit: int) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """The original failure under httpx's wrapping: ``ClientConnectorError: Cannot connect…``."""
-    root = exc
-    while isinstance(root, httpx.HTTPError) and root.__cause__ is not None:
-        root = root.__cause__
-    return f"{type(root).__name__}: {root}" if str(root) else type(root).__name__
+    """A transport failure by class and message: ``ClientConnectorError: Cannot connect…``."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class LineTooLong(BackendError):
@@ -277,7 +308,9 @@ __all__ = [
     "LineTooLong",
     "ReplyTooLarge",
     "Reply",
+    "close_response",
     "describe",
+    "header",
     "get_json_body",
     "open_reply",
     "read_rest",

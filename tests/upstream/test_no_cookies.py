@@ -33,8 +33,9 @@ async def test_cookies_from_one_reply_never_reach_the_next_request() -> None:
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         for _ in range(3):
-            assert (await client.get(url)).status_code == 200
+            async with client.get(url) as response:
+                assert response.status == 200
     finally:
-        await client.aclose()
+        await client.close()
         server.shutdown()
     assert CookieSetter.seen == [None, None, None]
