@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any, Literal, Protocol
 
+import msgspec
 import structlog
 
 from proxy.record import SCOPE_KEY, RequestRecord, scope_dialect
@@ -25,10 +26,19 @@ access_log = structlog.get_logger("dragoman.access")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+# msgspec writes a line in a sixth of the stdlib's time (1 µs against 6, per request);
+# a value it cannot encode is written as its repr, as structlog's own renderer does.
+_json = msgspec.json.Encoder(enc_hook=repr)
+
+
+def _dumps(event: dict[str, Any], **_: Any) -> str:
+    return _json.encode(event).decode()
+
+
 def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
     """Readable lines on a terminal, JSON otherwise (or as configured)."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    renderer: Any = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    renderer: Any = structlog.processors.JSONRenderer(serializer=_dumps) if use_json else structlog.dev.ConsoleRenderer()
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -43,3 +43,18 @@ def test_json_renderer_when_configured(capsys: pytest.CaptureFixture[str]) -> No
         assert (entry["event"], entry["model"], entry["status"], entry["level"]) == ("request", "m", 200, "info")
     finally:
         structlog.reset_defaults()
+
+
+@pytest.mark.parametrize(
+    ("name", "event", "expected"),
+    [
+        ("plain fields", {"event": "request", "status": 200, "duration_ms": 1.5}, {"event": "request", "status": 200, "duration_ms": 1.5}),
+        ("text beyond ASCII", {"event": "request", "model": "modèle"}, {"event": "request", "model": "modèle"}),
+        ("an object msgspec cannot write becomes its repr", {"event": "x", "error": ValueError("boom")}, {"event": "x", "error": "ValueError('boom')"}),
+    ],
+)
+def test_json_lines_are_json(name: str, event: dict[str, object], expected: dict[str, object]) -> None:
+    from proxy.logging import _dumps
+
+    line = _dumps(event)
+    assert "\n" not in line and json.loads(line) == expected
