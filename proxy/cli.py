@@ -17,6 +17,7 @@ from backends.onnx.prepare.cli import add_prepare_arguments, print_builds, run_p
 from backends.registry import settings_type
 from config import Config, ConfigError, check_report, load_config, routing_table
 from proxy import workers
+from proxy.gc_settings import tune_for_serving
 from proxy.logging import configure_logging
 
 
@@ -95,6 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
     if count > 1:
         return workers.serve_processes(config, args.config, host, port, count)
     app = create_app(config)
+    tune_for_serving()
     server = GracefulServer(
         uvicorn.Config(
             app, host=host, port=port, log_config=None, access_log=False,

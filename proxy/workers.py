@@ -155,13 +155,16 @@ def _worker_main(sock: socket.socket, config_path: str | None, index: int) -> No
     from config import load_config
     from proxy.app import create_app
     from proxy.cli import GracefulServer
+    from proxy.gc_settings import tune_for_serving
     from proxy.logging import configure_logging
 
     config = load_config(Path(config_path) if config_path else None, settings_type)
     configure_logging(config.server.log_format, config.server.log_level)
+    app = create_app(config)
+    tune_for_serving()
     server = GracefulServer(
         uvicorn.Config(
-            create_app(config), log_config=None, access_log=False,
+            app, log_config=None, access_log=False,
             timeout_graceful_shutdown=config.server.shutdown_grace + 5,
         ),  # fmt: skip
         signals=(signal.SIGTERM,),
