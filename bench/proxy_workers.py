@@ -8,9 +8,12 @@ A canned upstream (``canned_upstream.py``), then for each target a closed-loop l
 OpenAI chat: the bare pass-through with 1 and 2 worker processes, dragoman (``openai``
 backend, its JSON access log to a file) with 1 and 2, and optionally dragoman from
 another checkout (``--before``). Targets alternate within every round. Besides req/s,
-the CPU seconds of each target's whole process tree per request. Everything shares the
-same cores, the load generator and the upstream included, so "2 workers" can never
-reach 2×. Writes ``bench/results/proxy_workers.json``, which ``onnx_speed.py --write``
+the CPU seconds per request of each target's whole process tree, of the load
+generator and of the upstream. Everything shares the same cores, the load generator
+and the upstream included, so "2 workers" can never reach 2×: the machine's ceiling
+for a target is the cores left by other processes (the machine's busy time, less
+these three) ÷ the CPU all three spend per request, printed beside it. The load
+generator's CPU includes its start-up. Writes ``bench/results/proxy_workers.json``, which ``onnx_speed.py --write``
 folds into its table (rows "proxy req/s").
 """
 
@@ -19,10 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -46,6 +51,18 @@ def tree_cpu(pid: int) -> float:
         return total
     except psutil.Error:
         return 0.0
+
+
+def machine_busy() -> float:
+    """CPU seconds all processes of the machine have spent (not idle, not waiting on I/O)."""
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's finished children (the load generator, once run)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_targets(args: argparse.Namespace, work: Path, upstream: int) -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
@@ -120,19 +137,34 @@ def main() -> int:
             body = {"model": "bench", "messages": MESSAGES, "stream": False}
             series: dict[str, list[float]] = {name: [] for name in targets}
             cpu: dict[str, list[float]] = {name: [] for name in targets}
+            others: dict[str, list[float]] = {name: [] for name in targets}  # load generator + upstream
+            foreign: dict[str, list[float]] = {name: [] for name in targets}  # cores busy with other processes
             for rep in range(args.rounds):
                 for name in rotated(list(targets), rep):
                     port, process = targets[name]
-                    before = tree_cpu(process.pid)
+                    before, upstream_before, loadgen_before = tree_cpu(process.pid), tree_cpu(procs[0].pid), children_cpu()
+                    busy_before, wall = machine_busy(), time.perf_counter()
                     result = load(f"http://127.0.0.1:{port}/v1/chat/completions", body, args.concurrency,
                                   args.duration, args.warmup)  # fmt: skip
-                    spent = tree_cpu(process.pid) - before
+                    # CPU is read around warm-up and run, requests are counted in the run
+                    # only: the CPU is scaled to the run's share of the time.
+                    share = args.duration / (args.duration + args.warmup)
+                    server_cpu, upstream_cpu = tree_cpu(process.pid) - before, tree_cpu(procs[0].pid) - upstream_before
+                    loadgen_cpu = children_cpu() - loadgen_before
+                    busy, wall = machine_busy() - busy_before, time.perf_counter() - wall
+                    spent = server_cpu * share
+                    around = (loadgen_cpu + upstream_cpu) * share
+                    foreign[name].append(max(0.0, busy - server_cpu - upstream_cpu - loadgen_cpu) / wall)
                     series[name].append(result["req_per_s"])
                     cpu[name].append(spent / max(1, result["requests"]) * 1e6)
+                    others[name].append(around / max(1, result["requests"]) * 1e6)
                 print(f"  round {rep + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in series.items()) + " req/s",
                       flush=True)  # fmt: skip
             out.update(series)
             out["cpu_us_per_request"] = cpu
+            out["loadgen_and_upstream_cpu_us_per_request"] = others
+            out["other_processes_cores"] = foreign
+            out["cores"] = len(os.sched_getaffinity(0))
         finally:
             for process in reversed(procs):
                 process.terminate()
@@ -143,8 +175,18 @@ def main() -> int:
                     process.kill()
     out["load_at_end"] = "/".join(f"{x:.1f}" for x in os.getloadavg())
     med = statistics.median
+    cores = len(os.sched_getaffinity(0))
     for name in series:
-        print(f"{name:<24} {med(series[name]):8,.0f} req/s  {med(cpu[name]):6.0f} µs CPU/request")
+        ceiling = (cores - med(foreign[name])) * 1e6 / (med(cpu[name]) + med(others[name]))
+        print(f"{name:<24} {med(series[name]):8,.0f} req/s  {med(cpu[name]):6.0f} µs CPU/request; load generator + "
+              f"upstream {med(others[name]):3.0f} µs; other processes held {med(foreign[name]):.2f} of {cores} cores: "
+              f"ceiling {ceiling:,.0f} req/s")
+    out["ratios"] = {"dragoman / bare": med([d / b for d, b in zip(series["dragoman"], series["bare"], strict=True)]),
+                     "dragoman 2 workers / 1": med([d / b for d, b in zip(series["dragoman, 2 workers"],
+                                                                          series["dragoman"], strict=True)]),
+                     "bare 2 workers / 1": med([d / b for d, b in zip(series["bare, 2 workers"], series["bare"],
+                                                                      strict=True)])}  # fmt: skip
+    print("per-round ratios, median: " + ", ".join(f"{k} {v:.2f}×" for k, v in out["ratios"].items()))
     results = BENCH / "results" / "proxy_workers.json"
     results.parent.mkdir(exist_ok=True)
     results.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
