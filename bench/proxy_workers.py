@@ -186,6 +186,9 @@ def main() -> int:
                                                                           series["dragoman"], strict=True)]),
                      "bare 2 workers / 1": med([d / b for d, b in zip(series["bare, 2 workers"], series["bare"],
                                                                       strict=True)])}  # fmt: skip
+    if args.before:
+        out["ratios"][f"dragoman / {args.before_name}"] = med(  # type: ignore[index]
+            [d / b for d, b in zip(series["dragoman"], series[args.before_name], strict=True)])
     print("per-round ratios, median: " + ", ".join(f"{k} {v:.2f}×" for k, v in out["ratios"].items()))
     results = BENCH / "results" / "proxy_workers.json"
     results.parent.mkdir(exist_ok=True)
