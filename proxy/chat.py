@@ -21,6 +21,7 @@ from adapters.aggregate import ChatResult, ResultBuilder
 from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, Request, RoleStart, Secret, TextPart
 from adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
 from backends.base import Backend, check_capabilities
+from backends.upstream.backend import HttpUpstreamBackend
 from config import ModelRoute
 from proxy.limits import check_grammars, check_request, check_request_shape, clamp_to_context
 from proxy.models import ModelTable
@@ -160,7 +161,10 @@ async def count_tokens(table: ModelTable, request: ChatRequest, record: RequestR
         name = route.config.name
         message = f"model '{request.model}' ({route.config.backend} backend, entry '{name}') cannot count tokens: it has no tokenizer here"
         raise UnsupportedFeature(message, param="model")
-    return await counter(request)
+    if isinstance(backend, HttpUpstreamBackend):  # the upstream counts: no work here
+        return await counter(request)
+    async with table.counting.slot(request.model):
+        return await counter(request)
 
 
 async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:

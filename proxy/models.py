@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +22,14 @@ log = structlog.get_logger("dragoman.models")
 BackendFactory = Callable[[ModelRoute], Backend]
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (a container's share, not the host's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # Windows, macOS
+        return max(1, os.cpu_count() or 1)
+
+
 class ModelTable:
     """Maps requested model names to (route, backend); owns the backend instances."""
 
@@ -30,6 +39,9 @@ class ModelTable:
         self.lifetime = Lifetime(config.server.shutdown_grace)
         self.started = dt.datetime.now(dt.timezone.utc)
         self._backends: dict[int, Backend] = {id(route): factory(route) for route in config.models}
+        # count_tokens on a local tokenizer is CPU work (a large prompt takes seconds) that
+        # no chat queue bounds: at most one per core at once, max_queue more in line.
+        self.counting = Admission(cpu_cores(), self.limits.max_queue)
         self._gates: dict[int, Admission] = {}
         if self.limits.max_concurrent is not None:
             self._gates = {
