@@ -86,7 +86,7 @@ async def embed(
         ns = time.perf_counter_ns() - began
         return EmbedResult(vectors=np.zeros((0, 0), dtype=np.float32), timings=Timings(total_ns=ns, load_ns=ns))
     timeout = table.limits.request_timeout
-    release = await table.admit(route)
+    release = await table.admit_embedding(route)
     table.lifetime.in_flight += 1
     try:
         assert isinstance(backend, Embedder)  # checked by prepare

@@ -22,6 +22,11 @@ log = structlog.get_logger("dragoman.models")
 BackendFactory = Callable[[ModelRoute], Backend]
 
 
+# Embedding requests of one model entry running at once when server.limits.max_concurrent
+# is unset; the ONNX embedding service batches their inputs together.
+EMBED_CONCURRENT = 8
+
+
 def cpu_cores() -> int:
     """The cores this process may run on (a container's share, not the host's)."""
     try:
@@ -42,12 +47,23 @@ class ModelTable:
         # count_tokens on a local tokenizer is CPU work (a large prompt takes seconds) that
         # no chat queue bounds: at most one per core at once, max_queue more in line.
         self.counting = Admission(cpu_cores(), self.limits.max_queue)
+        self._embed_gates: dict[int, Admission] = {}
         self._gates: dict[int, Admission] = {}
         if self.limits.max_concurrent is not None:
             self._gates = {
                 id(route): Admission(self.limits.max_concurrent, self.limits.max_queue)
                 for route in config.models
             }
+
+    async def admit_embedding(self, route: ModelRoute) -> Callable[[], None]:
+        """The model's gate when one is configured; otherwise a gate of its own for
+        embeddings, which no backend bounds: EMBED_CONCURRENT requests at once (batched
+        together by the backend), max_queue more waiting, the rest 503."""
+        if id(route) in self._gates:
+            return await self.admit(route)
+        gate = self._embed_gates.setdefault(id(route), Admission(EMBED_CONCURRENT, self.limits.max_queue))
+        await gate.acquire(route.config.name)
+        return gate.release
 
     async def admit(self, route: ModelRoute) -> Callable[[], None]:
         """Wait for the model's gate (503 when its queue is full); returns the release."""
