@@ -13,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from adapters.errors import ModelNotFound
 from backends.admission import Admission
 from backends.base import Backend
+from backends.upstream.backend import HttpUpstreamBackend
 from config import Config, ModelRoute, resolve
 from proxy.limits import check_model_name
 from proxy.shutdown import Lifetime
@@ -56,10 +57,11 @@ class ModelTable:
             }
 
     async def admit_embedding(self, route: ModelRoute) -> Callable[[], None]:
-        """The model's gate when one is configured; otherwise a gate of its own for
-        embeddings, which no backend bounds: EMBED_CONCURRENT requests at once (batched
-        together by the backend), max_queue more waiting, the rest 503."""
-        if id(route) in self._gates:
+        """The model's gate when one is configured; otherwise, for a local model, a gate
+        of its own for embeddings, which its backend does not bound: EMBED_CONCURRENT
+        requests at once (batched together by the backend), max_queue more waiting, the
+        rest 503. An upstream's are bounded by its connections, as its chats are."""
+        if id(route) in self._gates or isinstance(self._backends.get(id(route)), HttpUpstreamBackend):
             return await self.admit(route)
         gate = self._embed_gates.setdefault(id(route), Admission(EMBED_CONCURRENT, self.limits.max_queue))
         await gate.acquire(route.config.name)
