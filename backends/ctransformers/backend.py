@@ -2,9 +2,8 @@
 
 The event loop never runs inference: each request borrows a model instance from the
 pool (:mod:`backends.ctransformers.pool`) and generates on a worker thread
-(:mod:`backends.ctransformers.generation`), posting text back to the loop. The
-library is imported when a model loads, never at package import, so the package
-(and ``dragoman config check``) works without the ``ctransformers`` extra.
+(:mod:`backends.ctransformers.generation`), posting text back to the loop. Files and
+library instances come from :mod:`backends.ctransformers.loading`.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
@@ -38,14 +36,8 @@ from adapters.canonical import (
 )
 from adapters.errors import BackendError, ContextTooLong, UnsupportedFeature
 from backends.base import Capabilities, LoadedModel, ModelDetails
-from backends.ctransformers import generation
-from backends.ctransformers.formats import (
-    ALTERNATIVES,
-    SUPPORTED_FORMATS,
-    ModelFile,
-    UnsupportedModelFile,
-    inspect_model_file,
-)
+from backends.ctransformers import generation, loading
+from backends.ctransformers.formats import ModelFile
 from backends.ctransformers.pool import InstancePool
 from backends.ctransformers.prompt import (
     PRESET_STOPS,
@@ -54,6 +46,7 @@ from backends.ctransformers.prompt import (
     pieces_of,
     render_preset_segments,
 )
+from backends.ctransformers.run import END, Refused, RequestRecord, Run
 from backends.ctransformers.sampling import SamplePlan, plan_sampling
 from backends.ctransformers.settings import CTransformersSettings
 from backends.residency import Residency
@@ -62,53 +55,6 @@ from backends.text.fim import find_fim
 from backends.text.segments import Segment, fewest_tokens, prompt_bytes
 
 log = logging.getLogger("dragoman.ctransformers")
-INSTALL_HINT = "pip install 'dragoman[ctransformers]'"
-# A GGUF's training context can be far more than a CPU model wants preallocated;
-# the library's own default (512) is far less. Override with context_length.
-DEFAULT_MAX_CONTEXT = 4096
-
-
-class RequestRecord(msgspec.Struct, frozen=True):
-    """How a request ended, kept for the last 100 (``tokens_at_cancel`` is what the
-    worker had generated when the client went away — the client may have read fewer,
-    as text waits in the queue when the loop is busy; generation must stop within a
-    token of it)."""
-
-    request_id: int
-    reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    tokens_at_cancel: int | None = None
-
-
-class _Refused(msgspec.Struct, frozen=True):
-    prompt_tokens: int
-    limit: int
-
-
-_END = object()
-
-
-class _Run:
-    """One request's generation as the event loop sees it: text arrives on ``queue``
-    from the worker thread; ``cancel`` stops that thread before its next token."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, request_id: int) -> None:
-        self.loop = loop
-        self.request_id = request_id
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.cancel = threading.Event()
-        self.tokens = 0  # generated when the last text arrived
-        self.generated = 0  # generated when the worker last emitted (it may be ahead of the queue's reader)
-        self.tokens_at_cancel: int | None = None
-
-    def emit(self, text: str, tokens: int) -> None:
-        """Called on the worker thread."""
-        self.generated = tokens
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (text, tokens))
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self.cancel.set()
 
 
 class CTransformersBackend:
@@ -142,7 +88,7 @@ class CTransformersBackend:
             format="gguf" if file.container == "gguf" else "ggml",
             family=file.architecture,
             families=[file.architecture] if file.architecture else None,
-            parameter_size=_parameter_size(file.parameters),
+            parameter_size=loading.parameter_size(file.parameters),
             quantization_level=file.quantization,
             size=file.size,
             context_length=self._context_length or self._wanted_context(file) or None,
@@ -277,7 +223,7 @@ class CTransformersBackend:
             )
         pieces = pieces_of(segments, file.special_tokens)
         llm = await pool.acquire(self.name)
-        run = _Run(asyncio.get_running_loop(), next(self._ids))
+        run = Run(asyncio.get_running_loop(), next(self._ids))
         job = functools.partial(self._work, llm, file, pieces, plan, limit, run)
         future = asyncio.wrap_future(executor.submit(job))
         self._cancels.add(run.cancel)
@@ -285,10 +231,10 @@ class CTransformersBackend:
         done = False
         try:
             item = await run.queue.get()
-            if item is _END:
+            if item is END:
                 self._raise_refusal(future, request)
             yield RoleStart()
-            while item is not _END:
+            while item is not END:
                 text, run.tokens = item
                 yield ContentDelta(text)
                 item = await run.queue.get()
@@ -300,12 +246,12 @@ class CTransformersBackend:
                 run.tokens_at_cancel = max(run.tokens, run.generated)
 
     def _work(
-        self, llm: Any, file: ModelFile, pieces: list[str | int], plan: SamplePlan, limit: int, run: _Run
-    ) -> generation.Outcome | _Refused:
+        self, llm: Any, file: ModelFile, pieces: list[str | int], plan: SamplePlan, limit: int, run: Run
+    ) -> generation.Outcome | Refused:
         """On the worker thread: tokenize, refuse a prompt that does not fit, generate."""
         tokens = generation.tokenize(llm, pieces, add_bos=file.add_bos)
         if len(tokens) >= limit:
-            return _Refused(len(tokens), limit)
+            return Refused(len(tokens), limit)
         job = generation.Job(
             tokens,
             plan,
@@ -316,7 +262,7 @@ class CTransformersBackend:
         )
         return generation.run(llm, job, run.emit, run.cancel)
 
-    def _finished(self, run: _Run, pool: InstancePool, llm: Any, future: asyncio.Future[Any]) -> None:
+    def _finished(self, run: Run, pool: InstancePool, llm: Any, future: asyncio.Future[Any]) -> None:
         """On the loop, once the worker thread has stopped: only now is the instance free."""
         self._cancels.discard(run.cancel)
         pool.release(llm)
@@ -326,7 +272,7 @@ class CTransformersBackend:
                 run.request_id, outcome.reason, outcome.prompt_tokens, outcome.completion_tokens, run.tokens_at_cancel
             )
             self.history.append(record)
-        run.queue.put_nowait(_END)
+        run.queue.put_nowait(END)
 
     def _raise_refusal(self, future: asyncio.Future[Any], request: Request) -> None:
         """The worker ended before any text: a refusal or failure becomes a clean
@@ -335,7 +281,7 @@ class CTransformersBackend:
         if error is not None:
             raise BackendError(f"model '{self.name}' failed: {type(error).__name__}: {error}") from error
         outcome = future.result()
-        if isinstance(outcome, _Refused):
+        if isinstance(outcome, Refused):
             raise ContextTooLong(
                 f"the prompt is {outcome.prompt_tokens} tokens; model '{self.name}' has a context of {outcome.limit}"
                 + (" (num_ctx)" if request.options.num_ctx else ""),
@@ -398,13 +344,7 @@ class CTransformersBackend:
             return took
 
     def _inspect(self) -> ModelFile:
-        path = Path(self.settings.path).expanduser()
-        try:
-            return inspect_model_file(path, self.settings.model_type)
-        except FileNotFoundError:
-            raise BackendError(f"model '{self.name}': the model file {path} does not exist") from None
-        except (UnsupportedModelFile, OSError) as exc:
-            raise BackendError(f"model '{self.name}': {exc}") from None
+        return loading.inspect(self.name, self.settings)
 
     def _inspect_quietly(self) -> ModelFile | None:
         if self._file is None:
@@ -415,37 +355,7 @@ class CTransformersBackend:
         return self._file
 
     def _create_instances(self, file: ModelFile) -> list[Any]:
-        try:
-            from ctransformers.llm import LLM, Config
-        except ImportError as exc:
-            raise BackendError(f"model '{self.name}' needs the ctransformers library ({exc}): {INSTALL_HINT}") from exc
-        config = Config(
-            context_length=self._wanted_context(file) or -1,
-            gpu_layers=self.settings.gpu_layers,
-            threads=self.settings.threads or -1,
-            batch_size=self.settings.batch_size,
-        )
-        try:
-            return [
-                LLM(file.path, file.model_type, config=config, lib=self.settings.lib)
-                for _ in range(self.settings.max_concurrent)
-            ]
-        except OSError as exc:  # the shared library itself (CUDA runtime missing, …)
-            raise BackendError(f"model '{self.name}': cannot load the ctransformers library: {exc}") from exc
-        except (RuntimeError, ValueError) as exc:
-            raise BackendError(f"model '{self.name}': {exc} {SUPPORTED_FORMATS}; {ALTERNATIVES}.") from exc
+        return loading.create_instances(self.name, self.settings, file, self._wanted_context(file))
 
     def _wanted_context(self, file: ModelFile) -> int | None:
-        configured = self.route.config.context_length
-        if configured:
-            return configured
-        if file.container == "gguf" and file.context_length:
-            return min(file.context_length, DEFAULT_MAX_CONTEXT)
-        return None  # a GGML-era file's own
-
-def _parameter_size(parameters: int) -> str:
-    if not parameters:
-        return ""
-    if parameters >= 1e9:
-        return f"{parameters / 1e9:.1f}B"
-    return f"{round(parameters / 1e6)}M"
+        return loading.wanted_context(self.route.config.context_length, file)
