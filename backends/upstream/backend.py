@@ -1,4 +1,6 @@
-"""The part of the upstream backends both dialects share: endpoints, failover, relay.
+"""The part of the upstream backends every dialect shares: a request sent to the first
+endpoint that answers (:mod:`~backends.upstream.failover`), its reply relayed as events
+(:mod:`~backends.upstream.relay`).
 
 The upstream is asked to stream when the client asked to: a whole reply is one JSON
 body to parse instead of a chunk per token, which is most of the cost of a proxied
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import aiohttp
 import msgspec
@@ -21,46 +23,29 @@ from yarl import URL
 from adapters.canonical import (
     ChatRequest,
     CompletionRequest,
-    ContentDelta,
     EmbedRequest,
     EmbedResult,
     ErrorEvent,
     Event,
     Request,
     Secret,
-    ThinkingDelta,
 )
-from adapters.errors import BackendError, BackendTimeout, DragomanError
+from adapters.errors import BackendError, DragomanError
 from adapters.json_depth import TOO_DEEP
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.upstream.clients import ClientLease
 from backends.upstream.discovery import ModelCatalog
 from backends.upstream.endpoints import Endpoint, EndpointPool
-from backends.upstream.exchange import (
-    TRANSPORT_ERRORS,
-    Failed,
-    LineSplitter,
-    LineTooLong,
-    Reply,
-    describe,
-    get_json_body,
-    open_reply,
-    read_rest,
-)
+from backends.upstream.exchange import Failed, get_json_body, open_reply
+from backends.upstream.failover import exhausted, gives_up, with_one_retry
 from backends.upstream.redaction import Redactor, bearer_secrets
+from backends.upstream.relay import StreamDecoder, read_whole, relay_stream
 from backends.upstream.settings import UpstreamSettings
-from backends.upstream.watch import ReadWatch
 from config import ModelRoute
 
 log = structlog.get_logger("dragoman.upstream")
 
 DISCOVERY_TIMEOUT = 10.0  # seconds; discovery must not hold /api/tags up for long
-
-
-class StreamDecoder(Protocol):
-    def feed(self, line: bytes) -> list[Event]: ...
-
-    def finish(self) -> list[Event]: ...
 
 
 class Call(msgspec.Struct, frozen=True):
@@ -211,7 +196,7 @@ class HttpUpstreamBackend:
         body = call.body
         failures: list[tuple[Endpoint, Failed]] = []
         attempts = self.pool.order()
-        for endpoint in _with_one_retry(attempts):
+        for endpoint in with_one_retry(attempts):
             now = loop.time()
             if now >= total_deadline:
                 break
@@ -231,18 +216,18 @@ class HttpUpstreamBackend:
                     )
                     self.pool.succeeded(endpoint)
                     if not request.stream:
-                        events = [_redacted(e, redact) for e in await self._whole(reply, total_deadline, call, endpoint)]
+                        events = [_redacted(e, redact) for e in await read_whole(reply, call, s, endpoint, total_deadline)]
                 except Failed as failed:
                     self.pool.failed(endpoint, failed.reason)
                     failures.append((endpoint, failed))
-                    if len(attempts) == 1 and (failed.timed_out or failed.responded):
-                        break  # the one retry is for broken connections, not slow or failing servers
+                    if gives_up(attempts, failed):
+                        break
                     continue
                 except DragomanError:
                     self.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
                     raise
                 if request.stream:
-                    async for event in self._relay(endpoint, reply, total_deadline, request.model, call):
+                    async for event in relay_stream(reply, call, s, self.pool, endpoint, total_deadline, request.model):
                         yield _redacted(event, redact)
                 else:
                     for event in events:
@@ -250,7 +235,7 @@ class HttpUpstreamBackend:
                 return
             finally:
                 endpoint.outstanding -= 1
-        raise self._exhausted(request.model, failures)
+        raise exhausted(request.model, failures)
 
     # -- internals ------------------------------------------------------------------------
 
@@ -286,86 +271,6 @@ class HttpUpstreamBackend:
             client, endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT, max_bytes=self.settings.max_reply_bytes
         )
 
-    async def _whole(self, reply: Reply, total_deadline: float, call: Call, endpoint: Endpoint) -> list[Event]:
-        """The events of a whole reply. Servers that stream although asked not to are
-        read as the stream they sent."""
-        s = self.settings
-        try:
-            body = await read_rest(reply, s.idle_timeout, total_deadline, max_bytes=s.max_reply_bytes, upstream=endpoint.label)
-        finally:
-            await reply.aclose()
-        content_type = reply.header("content-type")
-        if "text/event-stream" not in content_type and "ndjson" not in content_type:
-            return call.parse(body)
-        decoder = call.decoder()
-        events = [event for line in body.split(b"\n") for event in decoder.feed(line)]
-        return events + decoder.finish()
-
-    async def _relay(
-        self, endpoint: Endpoint, reply: Reply, total_deadline: float, model: str, call: Call
-    ) -> AsyncIterator[Event]:
-        decoder = call.decoder()
-        splitter = LineSplitter(self.settings.max_line_bytes)
-        coalesce = self.settings.coalesce
-        watch = ReadWatch(self.settings.idle_timeout, total_deadline)
-        chunk: bytes | None = reply.first
-        try:
-            while chunk is not None:
-                try:
-                    lines = splitter.lines(chunk)
-                except LineTooLong as exc:
-                    yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {exc.message}", status=502)
-                    return
-                events = [event for line in lines for event in decoder.feed(line)]
-                if coalesce and len(events) > 1:
-                    events = coalesce_deltas(events)
-                for event in events:
-                    yield event
-                try:
-                    chunk = await watch.read(reply.chunks)
-                except TimeoutError as exc:
-                    if isinstance(exc, aiohttp.ClientError):  # aiohttp's own, not our deadline
-                        yield self._lost(endpoint, model, exc)
-                        return
-                    seconds = getattr(self.settings, watch.expired or "idle_timeout")
-                    reason = f"sent nothing for {seconds:g}s ({watch.expired})"
-                    self.pool.failed(endpoint, reason)
-                    yield ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=504)
-                    return
-                except TRANSPORT_ERRORS as exc:
-                    yield self._lost(endpoint, model, exc)
-                    return
-            for line in splitter.tail():
-                for event in decoder.feed(line):
-                    yield event
-            for event in decoder.finish():
-                yield event
-        finally:
-            watch.close()
-            await reply.aclose()
-
-    def _lost(self, endpoint: Endpoint, model: str, exc: BaseException) -> ErrorEvent:
-        reason = f"connection lost mid-reply: {describe(exc)}"
-        self.pool.failed(endpoint, reason)
-        return ErrorEvent(f"model '{model}': upstream {endpoint.label} {reason}", status=502)
-
-    def _exhausted(self, model: str, failures: list[tuple[Endpoint, Failed]]) -> DragomanError:
-        """The error when no endpoint answered: the upstream's own 5xx if one gave one,
-        else 504 if they were all silent, else 502, naming each endpoint and why."""
-        if not failures:
-            return BackendTimeout(f"model '{model}': total_timeout passed before an upstream answered")
-        answered = [f.error for _, f in failures if f.error is not None]
-        if answered:
-            return answered[-1]
-        detail = "; ".join(f"{e.label}: {f.reason}" for e, f in failures)
-        if all(f.timed_out for _, f in failures):
-            return BackendTimeout(f"model '{model}': upstream {detail}")
-        if len({e.url for e, _ in failures}) == 1:
-            endpoint, failed = failures[-1]
-            verb = "failed" if failed.responded else "unreachable"
-            return BackendError(f"model '{model}': upstream {endpoint.label} {verb}: {failed.reason}")
-        return BackendError(f"model '{model}': no upstream endpoint answered ({detail})")
-
     async def _fetch_models(self) -> dict[str, ModelDetails]:
         body = await self._get_models_body(self.pool.order()[0])
         try:
@@ -374,34 +279,11 @@ class HttpUpstreamBackend:
             raise BackendError(f"the model list {TOO_DEEP}") from None
 
 
-def coalesce_deltas(events: list[Event]) -> list[Event]:
-    """Runs of text deltas of one kind merged into one delta (content keeps every
-    token's logprobs). Applied to what arrived in one read: deltas the upstream sent
-    faster than we forward them go out as one frame instead of one write each, and a
-    stream that keeps up is left as it was."""
-    merged: list[Event] = []
-    for event in events:
-        last = merged[-1] if merged else None
-        if isinstance(event, ContentDelta) and isinstance(last, ContentDelta):
-            logprobs = (last.logprobs or []) + (event.logprobs or []) if last.logprobs or event.logprobs else None
-            merged[-1] = ContentDelta(last.text + event.text, logprobs)
-        elif isinstance(event, ThinkingDelta) and isinstance(last, ThinkingDelta) and not (event.signature or last.signature):
-            merged[-1] = ThinkingDelta(last.text + event.text)  # a signature closes the thinking: never merged away
-        else:
-            merged.append(event)
-    return merged
-
-
 def _redacted(event: Event, redact: Redactor) -> Event:
     if isinstance(event, ErrorEvent) and redact:
         return msgspec.structs.replace(event, message=redact.text(event.message))
     return event
 
 
-def _with_one_retry(endpoints: list[Endpoint]) -> list[Endpoint]:
-    """Each endpoint once; a lone endpoint twice, since a pooled connection the server
-    closed at the same moment fails without the server being down."""
-    return endpoints * 2 if len(endpoints) == 1 else endpoints
 
-
-__all__ = ["Call", "HttpUpstreamBackend", "StreamDecoder", "coalesce_deltas"]
+__all__ = ["Call", "HttpUpstreamBackend", "StreamDecoder"]

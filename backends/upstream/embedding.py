@@ -15,6 +15,7 @@ from adapters.canonical import EmbedRequest, EmbedResult, Request
 from adapters.errors import BackendError, DragomanError
 from backends.upstream.endpoints import Endpoint
 from backends.upstream.exchange import Failed, open_reply, read_rest
+from backends.upstream.failover import exhausted, gives_up, with_one_retry
 
 if TYPE_CHECKING:
     from backends.upstream.backend import HttpUpstreamBackend
@@ -39,7 +40,7 @@ async def post_whole(
     total_deadline = loop.time() + s.total_timeout
     failures: list[tuple[Endpoint, Failed]] = []
     attempts = backend.pool.order()
-    for endpoint in attempts * 2 if len(attempts) == 1 else attempts:
+    for endpoint in with_one_retry(attempts):
         if loop.time() >= total_deadline:
             break
         client = backend._clients.client_for(endpoint.url)
@@ -60,8 +61,8 @@ async def post_whole(
         except Failed as failed:
             backend.pool.failed(endpoint, failed.reason)
             failures.append((endpoint, failed))
-            if len(attempts) == 1 and (failed.timed_out or failed.responded):
-                break  # the one retry is for broken connections, not slow or failing servers
+            if gives_up(attempts, failed):
+                break
             continue
         except DragomanError:
             backend.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
@@ -69,7 +70,7 @@ async def post_whole(
         finally:
             endpoint.outstanding -= 1
         return raw, endpoint
-    raise backend._exhausted(request.model, failures)
+    raise exhausted(request.model, failures)
 
 
 __all__ = ["embed_upstream", "post_whole"]

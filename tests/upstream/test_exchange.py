@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, TokenLogprob, ToolCallFragment
-from backends.upstream.backend import coalesce_deltas
+from backends.upstream.relay import coalesce_deltas
 from backends.upstream.exchange import LineSplitter, LineTooLong, retry_after
 
 SPLITS = [
