@@ -17,6 +17,7 @@ README ("Responses: stored state").
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -115,6 +116,9 @@ class SqliteStore:
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Conversations are private: the owner alone reads the file (SQLite gives the
+            # -wal and -shm files the database's own mode). Windows ignores the mode.
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

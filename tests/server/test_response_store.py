@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import stat
+import sys
 import time
 from pathlib import Path
 
@@ -72,3 +74,16 @@ def test_open_store_defaults_under_dragoman_home(tmp_path: Path, monkeypatch: py
 def test_config_bounds(fields: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         ResponseStoreConfig(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+async def test_the_store_file_is_the_owner_s_alone(tmp_path: Path) -> None:
+    """It holds every stored conversation: mode 0600, and so its -wal and -shm files."""
+    store = SqliteStore(tmp_path / "responses.sqlite3", max_age=60, max_bytes=10_000)
+    try:
+        assert await store.put(row("a"))
+        files = sorted(tmp_path.iterdir())
+        assert [f.name for f in files] == ["responses.sqlite3", "responses.sqlite3-shm", "responses.sqlite3-wal"]
+        assert {stat.S_IMODE(f.stat().st_mode) for f in files} == {0o600}
+    finally:
+        await store.aclose()
