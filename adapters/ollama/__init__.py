@@ -12,13 +12,12 @@ from adapters.ollama.convert import (
 )
 from adapters.ollama.stream import (
     StreamEncoder,
-    UpstreamStreamDecoder,
     created_at,
-    parse_upstream_response,
     render_error,
     render_load_response,
     render_response,
 )
+from adapters.ollama.upstream_reply import UpstreamStreamDecoder, parse_upstream_response
 from adapters.ollama.wire import (
     ChatMessage,
     ChatRequest,

@@ -32,12 +32,12 @@ from adapters.ollama.convert import (
 )
 from adapters.ollama.stream import (
     StreamEncoder,
-    UpstreamStreamDecoder,
     created_at,
     done_reason,
     numbered_call,
     wire_logprobs,
 )
+from adapters.ollama.upstream_reply import UpstreamStreamDecoder
 
 _encoder = msgspec.json.Encoder()
 _reply_decoder = msgspec.json.Decoder(wire.UpstreamGenerateResponse)
