@@ -158,7 +158,7 @@ class CTransformersBackend:
             pool, file, executor = self._pool, self._file, self._executor
             assert pool is not None and file is not None and executor is not None
             segments, _ = self._chat_prompt(request, file)
-            limit = min(self._context_length, request.options.num_ctx or self._context_length)
+            limit = self._context_limit(request)
             at_least = fewest_tokens(segments, file.longest_token_bytes)
             if at_least >= limit:
                 raise ContextTooLong(
@@ -180,6 +180,10 @@ class CTransformersBackend:
         if request.templated:
             return self.chat(request.as_chat())
         return self._run(request, lambda file: (self._completion(request, file), ()))
+
+    def _context_limit(self, request: Request) -> int:
+        """The model's context, or the request's ``num_ctx`` where that is smaller."""
+        return min(self._context_length, request.options.num_ctx or self._context_length)
 
     def _completion(self, request: CompletionRequest, file: ModelFile) -> list[Segment]:
         if request.suffix is None:
@@ -213,7 +217,7 @@ class CTransformersBackend:
         segments, stops = prompt(file)
         if stops:
             plan = msgspec.structs.replace(plan, stop=plan.stop + stops)
-        limit = min(self._context_length, request.options.num_ctx or self._context_length)
+        limit = self._context_limit(request)
         at_least = fewest_tokens(segments, file.longest_token_bytes)
         if at_least >= limit:  # refused before the library tokenises a megabyte
             raise ContextTooLong(
