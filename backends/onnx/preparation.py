@@ -1,9 +1,10 @@
 """Everything a request needs before its Generator, done off the step loop.
 
-The preparation thread tokenises the prompt (``tokenizers`` lets go of the GIL),
-checks that it fits the context, and compiles its grammar (bounded by
-:class:`~backends.onnx.grammar_check.GrammarCheck`, then built by llguidance, which
-lets go of the GIL too). Meanwhile the worker's step loop goes on with every other
+One thread tokenises prompts (``tokenizers`` lets go of the GIL) and checks that they
+fit the context; a second compiles the grammars of the requests that have one (bounded
+by :class:`~backends.onnx.grammar_check.GrammarCheck`, then built by llguidance, which
+lets go of the GIL too), so a grammar that takes its full time limit holds up no
+request without one. Meanwhile the worker's step loop goes on with every other
 request. Results go onto the worker's command queue, where the loop picks them up
 between rounds; a request cancelled meanwhile is dropped there.
 """
@@ -57,27 +58,37 @@ class Preparation:
         )
         self._grammar_tokenizer: Any = None
         self._jobs: queue.Queue[Start | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="prepare")
+        self._grammars: queue.Queue[Prepared | None] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._run, args=(self._jobs, self._tokenize), daemon=True, name="prepare"),
+            threading.Thread(target=self._run, args=(self._grammars, self._compile), daemon=True, name="grammars"),
+        ]
 
     def begin(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, start: Start) -> None:
         self._jobs.put(start)
 
     def close(self) -> None:
         self._jobs.put(None)
+        self._grammars.put(None)
         self._checker.close()
 
-    def _run(self) -> None:
-        while (start := self._jobs.get()) is not None:
+    def _run(self, jobs: queue.Queue[Any], work: Any) -> None:
+        while (job := jobs.get()) is not None:
+            start = job if isinstance(job, Start) else job.start
             try:
-                self.results.put(self._prepare(start))
+                outcome = work(job)
             except Exception as exc:  # one request's bug must not stop the thread
                 log.exception("request %s could not be prepared", start.request_id)
-                self.results.put(NotPrepared(start, failure=f"could not start: {type(exc).__name__}: {exc}"))
+                outcome = NotPrepared(start, failure=f"could not start: {type(exc).__name__}: {exc}")
+            if outcome is not None:
+                self.results.put(outcome)
 
-    def _prepare(self, start: Start) -> Prepared | NotPrepared:
+    def _tokenize(self, start: Start) -> Prepared | NotPrepared | None:
+        """None: handed on to the grammar thread."""
         rid = start.request_id
         prompt_ids = self.tokenizer.encode(start.prompt)
         n = len(prompt_ids)
@@ -87,6 +98,13 @@ class Preparation:
             return NotPrepared(start, Refused(rid, "context", message, prompt_tokens=n, context_length=context))
         if start.guidance is None:
             return Prepared(start, prompt_ids, context)
+        self._grammars.put(Prepared(start, prompt_ids, context))
+        return None
+
+    def _compile(self, prepared: Prepared) -> Prepared | NotPrepared:
+        start, n, context = prepared.start, len(prepared.prompt_ids), prepared.context
+        rid = start.request_id
+        assert start.guidance is not None
         try:
             grammar = grammar_of(start.guidance)
             self._checker.check(grammar)
@@ -97,7 +115,8 @@ class Preparation:
             return NotPrepared(start, Refused(rid, kind, f"{prefix}{exc}", prompt_tokens=n, context_length=context))
         except ValueError as exc:  # a schema llguidance cannot even read
             return NotPrepared(start, Refused(rid, "invalid", f"invalid constraint: {exc}", prompt_tokens=n))
-        return Prepared(start, prompt_ids, context, guide)
+        prepared.guide = guide
+        return prepared
 
     def _tokenizer(self) -> Any:
         if self._grammar_tokenizer is None:

@@ -133,8 +133,15 @@ async def test_a_grammar_too_costly_to_compile_is_refused_while_others_stream(
             await asyncio.sleep(0.02)
         schema = {"allOf": [{"type": "string", "pattern": f".*{c}.*"} for c in "abcdefghijklmnopqrst"]}
         asked = time.monotonic()
+        hostile = asyncio.create_task(
+            collect(bounded.chat(ask("Hi", num_predict=8, response_format=ResponseFormat("json_schema", schema))))
+        )
+        await asyncio.sleep(0.3)
+        # A request without a grammar does not wait behind that compilation.
+        assert isinstance((await collect(bounded.chat(ask("Hi", num_predict=2))))[-1], Finish)
+        assert not hostile.done()
         with pytest.raises(RequestError) as info:
-            await collect(bounded.chat(ask("Hi", num_predict=8, response_format=ResponseFormat("json_schema", schema))))
+            await hostile
         answered = time.monotonic()
         assert info.value.status == 400 and "simplify the schema" in info.value.message
         assert answered - asked < 4 + 10  # the deadline, and starting the checker on a loaded machine
