@@ -10,8 +10,9 @@ frames into commands on a queue; a preparation thread (:mod:`backends.onnx.prepa
 tokenises prompts and compiles grammars and puts its results on the same queue; the
 main thread drains that queue between rounds and, each round, advances every
 generation that is not too far ahead of its consumer by one token, and evaluates one
-chunk of at most one waiting prompt. A round stays short whatever a request asks, so
-a new, cancelled or credited request takes effect within a token, and a Ping is
+chunk of at most one waiting prompt (the one with the fewest tokens left). A round
+stays short whatever a request asks, so a new, cancelled or credited request takes
+effect within a token, and a Ping is
 answered within a round (which is how the server tells a stuck worker from a busy
 one). The library holds the GIL while it computes, which is why this runs in its own
 process and not in the server's.
@@ -209,7 +210,9 @@ class Worker:
         for generation in stepping:
             self._step(generation)
         decoding = time.perf_counter() - began
-        waiting = next((g for g in self.active.values() if not g.prefilled), None)
+        # The prompt with the fewest tokens left goes first: a short one (a stream's
+        # next reply) never waits behind a long one being evaluated.
+        waiting = min((g for g in self.active.values() if not g.prefilled), key=_prompt_left, default=None)
         if waiting is not None:
             # (Timed against what actually decoded: an empty round takes microseconds,
             # which made every lone prompt go one token a pass.)
@@ -260,6 +263,10 @@ class Worker:
             self._special_tokenizer = self.og.Tokenizer(self._tokenizer_source)
             self._special_tokenizer.update_options(skip_special_tokens=False)
         return self._special_tokenizer
+
+
+def _prompt_left(generation: Generation) -> int:
+    return len(generation.prompt_ids) - generation.evaluated
 
 
 def _model_context_length(model_dir: Path) -> int | None:

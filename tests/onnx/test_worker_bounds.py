@@ -177,7 +177,11 @@ async def test_a_long_prompt_shares_the_step_loop(backend: OnnxBackend) -> None:
     asked = time.monotonic()
     events = backend.chat(ask(long_prompt, num_predict=1))
     assert isinstance(await events.__anext__(), RoleStart)
-    first = await events.__anext__()
+    pending = asyncio.ensure_future(events.__anext__())
+    # A short prompt arriving meanwhile is evaluated first (fewest tokens left).
+    short = await collect(backend.chat(ask("Hi", num_predict=2)))
+    assert isinstance(short[-1], Finish) and not pending.done()
+    first = await pending
     first_at = time.monotonic()
     rest = [e async for e in events]
     finish = rest[-1] if rest else first
