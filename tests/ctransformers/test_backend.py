@@ -289,3 +289,22 @@ async def test_count_tokens_is_the_prompt_a_generation_reads(backend: CTransform
     request = capital(num_predict=1)
     counted = await backend.count_tokens(request)
     assert counted == finish_of(await collect(backend.chat(request))).usage.prompt_tokens > 5
+
+
+async def test_an_explicit_unload_waits_for_the_running_reply(make_backend: Callable[..., CTransformersBackend]) -> None:
+    """It used to drop the instances at once (the next request loaded a second copy
+    beside the running one); now it drains, refusing new requests meanwhile."""
+    shared = make_backend(keep_alive=300)
+    try:
+        stream = shared.chat(capital(num_predict=24, **EXACT))
+        assert isinstance(await stream.__anext__(), RoleStart)
+        unload = asyncio.create_task(shared.unload("m"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded, match="being unloaded"):
+            await collect(shared.chat(capital(num_predict=2, **EXACT)))
+        events = [event async for event in stream]
+        assert isinstance(events[-1], Finish)  # not cut
+        await asyncio.wait_for(unload, 10)
+        assert shared.loaded() == []
+    finally:
+        await shared.aclose()
