@@ -45,8 +45,8 @@ class Served:
         return pid
 
 
-@pytest.fixture(scope="module")
-def served(model_dir: Path) -> Iterator[Served]:
+def serve_model(model_dir: Path, **settings: Any) -> Iterator[Served]:
+    extra = "".join(f"\n            {key}: {value}" for key, value in settings.items())
     config = config_from_yaml(f"""
         models:
           - name: {MODEL}
@@ -56,8 +56,7 @@ def served(model_dir: Path) -> Iterator[Served]:
             context_length: 1024
             keep_alive: -1
             grammar_timeout: 3
-            grammar_memory: 268435456
-            stall_timeout: 2
+            grammar_memory: 268435456{extra}
     """)
     backends: list[Any] = []
 
@@ -68,6 +67,13 @@ def served(model_dir: Path) -> Iterator[Served]:
     with serve(config, backend_factory=factory) as server:
         httpx.post(server.url + "/api/chat", json={"model": MODEL, "messages": []}, timeout=60).raise_for_status()
         yield Served(server, backends)
+
+
+@pytest.fixture(scope="module")
+def served(model_dir: Path) -> Iterator[Served]:
+    """The default stall_timeout: a loaded machine may leave the worker silent for a few
+    seconds, which a test of anything else must not take for a stall."""
+    yield from serve_model(model_dir)
 
 
 def rss(pid: int) -> int:
@@ -280,7 +286,14 @@ def test_row5_keep_alive_zero_on_a_chat_unloads_after_the_last_stream(served: Se
 # -- the watchdog ---------------------------------------------------------------------
 
 
-def test_a_stopped_worker_ends_its_streams_and_is_replaced(served: Served) -> None:
+@pytest.fixture()
+def stalling(model_dir: Path) -> Iterator[Served]:
+    """A server of its own whose watchdog gives up after 2 s (the default is 30)."""
+    yield from serve_model(model_dir, stall_timeout=2)
+
+
+def test_a_stopped_worker_ends_its_streams_and_is_replaced(stalling: Served) -> None:
+    served = stalling
     chat(served.url)
     pid = served.worker_pid()
     with httpx.stream("POST", served.url + "/api/chat", json={"model": MODEL, "messages": STORY,
