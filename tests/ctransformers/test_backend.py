@@ -190,7 +190,10 @@ async def test_the_event_loop_runs_while_the_model_works(backend: CTransformersB
     stop.set()
     await ticker
     assert took > 0.3 and len(lateness) > took / 0.05
-    assert max(lateness) < min(0.25, took / 3)
+    # A C call holding the GIL would make most ticks late by a token's time (tens of ms)
+    # and one late by the whole prompt; the machine's own pauses make a few late.
+    assert sorted(lateness)[len(lateness) // 2] < 0.005
+    assert max(lateness) < took / 3
 
 
 async def test_keep_alive_zero_unloads_after_the_reply(make_backend: Callable[..., CTransformersBackend]) -> None:
