@@ -115,6 +115,8 @@ class WorkerClient:
         reports: asyncio.Queue[Report | WorkerGone] = asyncio.Queue()
         if not self.alive:
             reports.put_nowait(WorkerGone(f"the model worker for '{self.name}' is not running"))
+        if not self._listeners:  # silence counts from the first active request, not the idle tick before it
+            self.last_heard = time.monotonic()
         self._listeners[request_id] = reports
         return reports
 

@@ -288,8 +288,9 @@ def test_row5_keep_alive_zero_on_a_chat_unloads_after_the_last_stream(served: Se
 
 @pytest.fixture()
 def stalling(model_dir: Path) -> Iterator[Served]:
-    """A server of its own whose watchdog gives up after 2 s (the default is 30)."""
-    yield from serve_model(model_dir, stall_timeout=2)
+    """A server of its own whose watchdog gives up after 5 s (the default is 30): short
+    for the test, long for a worker evaluating a prompt on a loaded 2-core machine."""
+    yield from serve_model(model_dir, stall_timeout=5)
 
 
 def test_a_stopped_worker_ends_its_streams_and_is_replaced(stalling: Served) -> None:
