@@ -211,10 +211,23 @@ Request = Union[ChatRequest, CompletionRequest]
 class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Of ``prompt_tokens`` (counted in them, as OpenAI counts ``cached_tokens``), those
+    # whose state came from a prompt cache rather than being computed again; None where
+    # the backend cannot tell, so that renderers claim nothing they do not know.
+    cached_tokens: int | None = None
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        """Usage summed over several replies (one completion request with many prompts)."""
+        known = [n for n in (self.cached_tokens, other.cached_tokens) if n is not None]
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            sum(known) if known else None,
+        )
 
 
 class Timings(msgspec.Struct, frozen=True):

@@ -29,6 +29,7 @@ from adapters.canonical import (
     ToolCall,
     ToolCallDone,
     ToolCallFragment,
+    Usage,
 )
 from adapters.errors import ContextTooLong, DragomanError, error_for_status
 from adapters.fragments import CallOpened, FragmentOpener, Step
@@ -64,7 +65,7 @@ def render_response(result: ChatResult, model: str) -> bytes:
         content=content,
         stop_reason=stop_reason(result.finish_reason, tool_calls=bool(result.tool_calls), stop_sequence=result.stop_sequence),
         stop_sequence=_reported_stop(result.finish_reason, result.stop_sequence, bool(result.tool_calls)),
-        usage=wire.Usage(input_tokens=result.usage.prompt_tokens, output_tokens=result.usage.completion_tokens),
+        usage=_usage(result.usage),
     )
     return _encoder.encode(message)
 
@@ -226,8 +227,25 @@ class StreamEncoder:
             stop_reason=stop_reason(event.reason, tool_calls=tools, stop_sequence=event.stop_sequence),
             stop_sequence=_reported_stop(event.reason, event.stop_sequence, tools),
         )
-        usage = wire.DeltaUsage(output_tokens=event.usage.completion_tokens, input_tokens=event.usage.prompt_tokens)
+        whole = _usage(event.usage)
+        usage = wire.DeltaUsage(
+            output_tokens=whole.output_tokens,
+            input_tokens=whole.input_tokens,
+            cache_creation_input_tokens=whole.cache_creation_input_tokens,
+            cache_read_input_tokens=whole.cache_read_input_tokens,
+        )
         return frames + _frame("message_delta", wire.MessageDelta(delta=body, usage=usage)) + _frame("message_stop", wire.MessageStop())
+
+
+def _usage(usage: Usage) -> wire.Usage:
+    """Anthropic counts cache reads apart: ``input_tokens`` are those after the cache read,
+    the whole prompt is the sum (no cache writes here: local caching is automatic)."""
+    cached = usage.cached_tokens or 0
+    return wire.Usage(
+        input_tokens=usage.prompt_tokens - cached,
+        output_tokens=usage.completion_tokens,
+        cache_read_input_tokens=cached,
+    )
 
 
 def _reported_stop(reason: FinishReason, stop_sequence: str | None, tool_calls: bool) -> str | None:

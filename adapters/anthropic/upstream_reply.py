@@ -62,7 +62,7 @@ def parse_upstream_response(body: bytes) -> list[Event]:
             events.append(ToolCallDone(ToolCall(name=block.name or "", arguments=block.input or {}, id=block.id, index=calls)))
             calls += 1
     usage = reply.usage or wire.UpstreamUsage()
-    events.append(_finish(reply.stop_reason, reply.stop_sequence, usage.input_tokens, usage.output_tokens))
+    events.append(_finish(reply.stop_reason, reply.stop_sequence, usage))
     return events
 
 
@@ -83,8 +83,7 @@ class UpstreamStreamDecoder:
     def __init__(self) -> None:
         self._started = False
         self._ended = False
-        self._input_tokens: int | None = None
-        self._output_tokens: int | None = None
+        self._usage = wire.UpstreamUsage()
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
         self._tool_blocks: set[int] = set()
@@ -118,7 +117,7 @@ class UpstreamStreamDecoder:
         if kind == "message_start":
             usage = event.message.usage if event.message is not None else None
             if usage is not None:
-                self._input_tokens = usage.input_tokens
+                self._usage = _merged(self._usage, usage)
             return head
         if kind == "content_block_start":
             return head + self._block_start(event.index or 0, event.content_block or wire.UpstreamBlock())
@@ -128,12 +127,11 @@ class UpstreamStreamDecoder:
             delta = event.delta or wire.UpstreamDelta()
             self._stop_reason, self._stop_sequence = delta.stop_reason, delta.stop_sequence
             if event.usage is not None:
-                self._output_tokens = event.usage.output_tokens
-                self._input_tokens = event.usage.input_tokens or self._input_tokens
+                self._usage = _merged(self._usage, event.usage)
             return head
         if kind == "message_stop":
             self._ended = True
-            return head + [_finish(self._stop_reason, self._stop_sequence, self._input_tokens, self._output_tokens)]
+            return head + [_finish(self._stop_reason, self._stop_sequence, self._usage)]
         if kind == "error":
             return head + self._fail(_error_event(event.error))
         return head  # ping, content_block_stop, and events of later API versions
@@ -164,10 +162,21 @@ class UpstreamStreamDecoder:
         return [event]
 
 
-def _finish(reason: str | None, sequence: str | None, input_tokens: int | None, output_tokens: int | None) -> Finish:
+def _merged(old: wire.UpstreamUsage, new: wire.UpstreamUsage) -> wire.UpstreamUsage:
+    """``message_delta`` counts are cumulative and may leave out what ``message_start``
+    said (a 0 input count there is a real count: input_tokens is after the cache read)."""
+    fields = wire.UpstreamUsage.__struct_fields__
+    return wire.UpstreamUsage(**{f: getattr(new, f) if getattr(new, f) is not None else getattr(old, f) for f in fields})
+
+
+def _finish(reason: str | None, sequence: str | None, usage: wire.UpstreamUsage) -> Finish:
+    """The canonical prompt count is the whole prompt (OpenAI's meaning): Anthropic's
+    ``input_tokens`` leave out the tokens read from and written to its cache."""
+    read = usage.cache_read_input_tokens
+    prompt = (usage.input_tokens or 0) + (read or 0) + (usage.cache_creation_input_tokens or 0)
     return Finish(
         reason=_STOP_REASONS.get(reason or "end_turn", "stop"),
-        usage=Usage(prompt_tokens=input_tokens or 0, completion_tokens=output_tokens or 0),
+        usage=Usage(prompt_tokens=prompt, completion_tokens=usage.output_tokens or 0, cached_tokens=read),
         stop_sequence=sequence if reason == "stop_sequence" else None,
     )
 

@@ -203,8 +203,13 @@ class MessageDeltaBody(msgspec.Struct):
 
 
 class DeltaUsage(msgspec.Struct):
+    """Cumulative counts, as the SDK's ``MessageDeltaUsage``; here the only place the
+    input counts are known (``message_start`` goes out before the prompt is read)."""
+
     output_tokens: int
     input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
 
 
 class MessageDelta(msgspec.Struct, tag="message_delta", tag_field="type"):

@@ -153,10 +153,7 @@ class ChoiceEncoder:
             return head + self._text("", event.tokens)
         if isinstance(event, Finish):
             stream = self._stream
-            stream.usage = Usage(
-                stream.usage.prompt_tokens + event.usage.prompt_tokens,
-                stream.usage.completion_tokens + event.usage.completion_tokens,
-            )
+            stream.usage = stream.usage + event.usage
             return head + self._chunk("", None, finish_reason(event.reason))
         if isinstance(event, ErrorEvent):
             return head + self.error(error_for_status(event.status, event.message, retry_after=event.retry_after))
@@ -211,7 +208,7 @@ def render_response(results: list[ChatResult], model: str, *, echoes: list[str],
             logprobs, _ = legacy_logprobs(result.logprobs or [], len(echo), top=top_logprobs > 0)
         text = echo + result.content
         choices.append(wire.CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish_reason(result.finish_reason)))  # type: ignore[arg-type]
-    usage = Usage(sum(r.usage.prompt_tokens for r in results), sum(r.usage.completion_tokens for r in results))
+    usage = sum((r.usage for r in results), Usage())
     reply = wire.Completion(
         id=new_text_completion_id(),
         object="text_completion",

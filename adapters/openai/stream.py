@@ -210,6 +210,7 @@ def usage_stats(usage: Usage) -> wire.UsageStats:
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.total_tokens,
+        prompt_tokens_details=None if usage.cached_tokens is None else wire.PromptTokensDetails(usage.cached_tokens),
     )
 
 

@@ -184,10 +184,16 @@ class ChatCompletionChoice(msgspec.Struct, omit_defaults=True):
     logprobs: ChoiceLogprobs | None = None
 
 
-class UsageStats(msgspec.Struct):
+class PromptTokensDetails(msgspec.Struct):
+    cached_tokens: int
+
+
+class UsageStats(msgspec.Struct, omit_defaults=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # Present when the backend knows its prompt-cache hits (OpenAI always sends it).
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ChatCompletionResponse(msgspec.Struct):
@@ -306,9 +312,14 @@ class UpstreamChoice(msgspec.Struct):
     logprobs: UpstreamLogprobs | None = None
 
 
+class UpstreamPromptTokensDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class UpstreamUsage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_tokens_details: UpstreamPromptTokensDetails | None = None  # vLLM writes null
 
 
 class UpstreamErrorDetail(msgspec.Struct):

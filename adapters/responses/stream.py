@@ -348,7 +348,13 @@ def _call_item(item_id: str, call_id: str | None, name: str, arguments: str, sta
 
 
 def _usage(usage: Usage) -> wire.Usage:
-    return wire.Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens, total_tokens=usage.total_tokens)
+    details = wire.InputTokensDetails(cached_tokens=usage.cached_tokens or 0)
+    return wire.Usage(
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        input_tokens_details=details,
+    )
 
 
 def _json(arguments: dict[str, Any]) -> str:

@@ -123,11 +123,12 @@ def _item_events(item: wire.UpstreamItem, position: int) -> list[Event]:
 
 def _finish(response: wire.UpstreamResponse) -> Finish:
     usage = response.usage or wire.UpstreamUsage()
+    cached = usage.input_tokens_details.cached_tokens if usage.input_tokens_details is not None else None
     incomplete = response.status == "incomplete" or response.incomplete_details is not None
     calls = any(item.type == "function_call" for item in response.output or ())
     return Finish(
         reason="length" if incomplete else "tool_calls" if calls else "stop",
-        usage=Usage(prompt_tokens=usage.input_tokens or 0, completion_tokens=usage.output_tokens or 0),
+        usage=Usage(prompt_tokens=usage.input_tokens or 0, completion_tokens=usage.output_tokens or 0, cached_tokens=cached),
     )
 
 

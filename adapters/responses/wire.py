@@ -350,9 +350,14 @@ class UpstreamItem(msgspec.Struct):
     arguments: str | None = None
 
 
+class UpstreamInputTokensDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class UpstreamUsage(msgspec.Struct):
     input_tokens: int | None = None
     output_tokens: int | None = None
+    input_tokens_details: UpstreamInputTokensDetails | None = None
 
 
 class UpstreamError(msgspec.Struct):

@@ -331,7 +331,7 @@ class OnnxBackend:
         return Finish(
             reason=reason,  # type: ignore[arg-type]
             stop_sequence=stop,
-            usage=Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens),
+            usage=Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, cached_tokens=done.cached_tokens),
             timings=Timings(
                 total_ns=time.perf_counter_ns() - began,
                 load_ns=load_ns,

@@ -164,7 +164,7 @@ def test_stream_details() -> None:
     assert got[-2][1] == {
         "type": "message_delta",
         "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-        "usage": {"output_tokens": 3, "input_tokens": 7},
+        "usage": {"output_tokens": 3, "input_tokens": 7, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }
 
 

@@ -106,12 +106,12 @@ def test_stream_and_whole_reply_of_reasoning_and_calls() -> None:
             ("get_weather", {"city": "Paris", "unit": "celsius"}, "call_kX8x0ENQpT0D2kNqQ7jY3Ly9"),
             ("get_time", {"tz": "Europe/Paris"}, "call_Wq1m9a7bC2dE3fG4hI5jK6lM"),
         ]
-        assert result.finish_reason == "tool_calls" and result.usage == Usage(118, 187)
+        assert result.finish_reason == "tool_calls" and result.usage == Usage(118, 187, 0)
 
 
 @pytest.mark.parametrize(("name", "last"), [
-    ("gpt_text.sse", Finish(usage=Usage(21, 9))),
-    ("gpt_incomplete.sse", Finish(reason="length", usage=Usage(21, 3))),
+    ("gpt_text.sse", Finish(usage=Usage(21, 9, 0))),
+    ("gpt_incomplete.sse", Finish(reason="length", usage=Usage(21, 3, 0))),
     ("gpt_failed.sse", ErrorEvent("upstream error: The server had an error processing your request.", status=502)),
 ])  # fmt: skip
 def test_stream_endings(name: str, last: Event) -> None:

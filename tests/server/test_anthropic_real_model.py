@@ -27,6 +27,12 @@ WEATHER = {
 }
 
 
+def prompt_tokens(usage: anthropic.types.Usage) -> int:
+    """The whole prompt: Anthropic's ``input_tokens`` leave out what was read from the
+    prompt cache (an earlier test may have sent the same prompt)."""
+    return usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+
+
 @pytest.fixture(scope="module")
 def client(real_server: RunningServer) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0)
@@ -38,7 +44,7 @@ def test_create_answers(client: anthropic.Anthropic) -> None:
     assert [block.type for block in message.content] == ["text"]
     assert "Paris" in message.content[0].text
     assert message.stop_reason in ("end_turn", "max_tokens")
-    assert message.usage.input_tokens > 10 and 0 < message.usage.output_tokens <= 24
+    assert prompt_tokens(message.usage) > 10 and 0 < message.usage.output_tokens <= 24
 
 
 def test_stream_accumulates_to_the_whole_reply(client: anthropic.Anthropic) -> None:
@@ -48,8 +54,8 @@ def test_stream_accumulates_to_the_whole_reply(client: anthropic.Anthropic) -> N
         final = stream.get_final_message()
     assert len(pieces) > 1  # it did stream
     assert final.content[0].text == "".join(pieces) == whole.content[0].text
-    assert (final.stop_reason, final.usage.input_tokens, final.usage.output_tokens) == (
-        whole.stop_reason, whole.usage.input_tokens, whole.usage.output_tokens,
+    assert (final.stop_reason, prompt_tokens(final.usage), final.usage.output_tokens) == (
+        whole.stop_reason, prompt_tokens(whole.usage), whole.usage.output_tokens,
     )  # fmt: skip
 
 
@@ -82,13 +88,13 @@ def test_tool_choice_any_gives_a_valid_tool_use(client: anthropic.Anthropic, str
         messages=[*ask["messages"], {"role": "assistant", "content": message.content},
                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": calls[0].id, "content": "Sunny, 21C"}]}],
     )  # fmt: skip
-    assert follow.content and follow.usage.input_tokens > message.usage.input_tokens
+    assert follow.content and prompt_tokens(follow.usage) > prompt_tokens(message.usage)
 
 
 def test_count_tokens_is_the_prompt_the_model_reads(client: anthropic.Anthropic) -> None:
     counted = client.messages.count_tokens(model=MODEL, messages=QUESTION)
     message = client.messages.create(model=MODEL, max_tokens=1, messages=QUESTION)
-    assert counted.input_tokens == message.usage.input_tokens > 10
+    assert counted.input_tokens == prompt_tokens(message.usage) > 10
     with_tools = client.messages.count_tokens(model=MODEL, messages=QUESTION, tools=[WEATHER], system="Be brief.")
     assert with_tools.input_tokens > counted.input_tokens
     long = client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "word " * 3000}])

@@ -45,7 +45,7 @@ def test_raw_sequence_thinking_then_text(scripted_server: RunningServer) -> None
     assert [d["delta"]["type"] for n, d in events if n == "content_block_delta"] == [
         "thinking_delta", "signature_delta", "text_delta",
     ]  # fmt: skip
-    assert events[-2][1]["usage"] == {"output_tokens": 3, "input_tokens": 7}
+    assert events[-2][1]["usage"] == {"output_tokens": 3, "input_tokens": 7, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
 def test_client_accumulates_thinking_and_signature(client: anthropic.Anthropic) -> None:
