@@ -17,7 +17,7 @@ import msgspec
 
 from adapters import ollama, openai
 from adapters.aggregate import ResultBuilder
-from adapters.canonical import ChatRequest, ErrorEvent, Event
+from adapters.canonical import ChatRequest, ErrorEvent, Event, Usage
 from adapters.errors import DragomanError, RequestError
 
 Dialect = Literal["openai", "ollama"]
@@ -123,7 +123,7 @@ def _reply(events: list[Event]) -> ReplyView:
         content=result.content,
         thinking=result.thinking,
         finish_reason=result.finish_reason if finished else None,
-        usage=msgspec.to_builtins(result.usage) if finished else None,
+        usage=_counts(result.usage) if finished else None,
         error=error,
         events=len(events),
     )
@@ -160,3 +160,8 @@ def _decode(raw: bytes | msgspec.Raw, type_: type, prefix: str) -> Any:
         raise RequestError(f"{field or 'body'}: {message}", param=field or None) from None
     except msgspec.DecodeError as exc:
         raise RequestError(f"{prefix or 'request body'}: not valid JSON: {exc}") from None
+
+
+def _counts(usage: Usage) -> dict[str, int]:
+    """The counts the backend reported (cached_tokens only where it knows them)."""
+    return {name: count for name, count in msgspec.structs.asdict(usage).items() if count is not None}
