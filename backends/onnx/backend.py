@@ -288,7 +288,7 @@ class OnnxBackend:
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in the model's own tokens: rendered as a generation
         renders it, tokenised by the worker's own prompt tokenizer (``tokenizer.json``
-        through ``tokenizers``, which lets go of the GIL), here on a thread: counting
+        through ``tokenizers``, which lets go of the GIL), rendered and tokenised on a thread: counting
         needs no loaded model and is not bounded by the context."""
         await self.files.ensure()
         if self._counter is None:
@@ -299,7 +299,9 @@ class OnnxBackend:
                     param="model",
                 )
             self._counter = counter
-        return len(await asyncio.to_thread(self._counter.encode, chat_prompt(self.files, self.settings, request)))
+        counter = self._counter
+        # Rendering a long conversation's template is CPU work too: on the thread as well.
+        return len(await asyncio.to_thread(lambda: counter.encode(chat_prompt(self.files, self.settings, request))))
 
     def _plan(self, request: Request, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
         if isinstance(request, ChatRequest):
