@@ -253,9 +253,13 @@ class TokenLogprob(msgspec.Struct, frozen=True):
 
 
 class RoleStart(msgspec.Struct, tag="role", frozen=True):
-    """Opens a reply; OpenAI's first chunk carries it."""
+    """Opens a reply; OpenAI's first chunk carries it. ``prompt_tokens``: the whole
+    prompt's length, when the backend knows it before the reply (Anthropic's
+    ``message_start`` reports it; ``Finish.usage`` still carries the counts at the end)."""
 
     role: Role = "assistant"
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # of prompt_tokens, as in Usage
 
 
 class ContentDelta(msgspec.Struct, tag="content", frozen=True):

@@ -128,7 +128,7 @@ class StreamEncoder:
     def encode(self, event: Event) -> bytes:
         if self._ended:
             return b""
-        head = b"" if self._started else self._start()
+        head = b"" if self._started else self._start(event if isinstance(event, RoleStart) else RoleStart())
         if not isinstance(event, ToolCallFragment):
             head += self._steps(self._fragments.flush())  # a call whose name never came still goes out
             self._fragments.close()
@@ -157,9 +157,14 @@ class StreamEncoder:
 
     # -- blocks -------------------------------------------------------------------------
 
-    def _start(self) -> bytes:
+    def _start(self, first: RoleStart) -> bytes:
+        """``message_start``, with the prompt's input_tokens when the backend knew them
+        before the reply, as Anthropic sends them (Claude Code reads them there); else 0,
+        and the count arrives in ``message_delta``, which always repeats it. A cache hit
+        not known yet counts in input_tokens here and in cache_read_input_tokens at the
+        end: the sum, the whole prompt, is the same."""
         self._started = True
-        usage = wire.Usage(input_tokens=0, output_tokens=0)  # counted at the end: message_delta
+        usage = _usage(Usage(prompt_tokens=first.prompt_tokens or 0, cached_tokens=first.cached_tokens))
         message = wire.Message(id=self.id, model=self.model, content=[], stop_reason=None, stop_sequence=None, usage=usage)
         return _frame("message_start", wire.MessageStart(message=message)) + _frame("ping", wire.Ping())
 

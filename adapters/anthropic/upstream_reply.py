@@ -118,7 +118,10 @@ class UpstreamStreamDecoder:
             usage = event.message.usage if event.message is not None else None
             if usage is not None:
                 self._usage = _merged(self._usage, usage)
-            return head
+            if not head or usage is None:
+                return head
+            whole = _finish(None, None, self._usage).usage  # the prompt counted as at the end
+            return [RoleStart(prompt_tokens=whole.prompt_tokens, cached_tokens=whole.cached_tokens)]
         if kind == "content_block_start":
             return head + self._block_start(event.index or 0, event.content_block or wire.UpstreamBlock())
         if kind == "content_block_delta":

@@ -258,7 +258,7 @@ class OnnxBackend:
                 finished = True  # refused or failed: nothing runs that needs cancelling
                 self._raise_refusal(first, request)
             self.counters["started"] += 1
-            yield RoleStart()
+            yield RoleStart(prompt_tokens=first.prompt_tokens)
             while True:
                 report = await reports.get()
                 if isinstance(report, Tokens):

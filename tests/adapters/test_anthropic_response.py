@@ -168,6 +168,24 @@ def test_stream_details() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("first", "input_tokens"),
+    [
+        (RoleStart(prompt_tokens=7), 7),  # known before the reply: in message_start, as Anthropic sends it
+        (RoleStart(), 0),  # not known yet (an OpenAI upstream): only message_delta has it
+        (ContentDelta("a"), 0),
+        (RoleStart(prompt_tokens=7, cached_tokens=5), 2),  # a known cache read counted apart, as at the end
+    ],
+)
+def test_message_start_usage(first: Event, input_tokens: int) -> None:
+    got = frames([first, ContentDelta("b"), Finish(usage=USAGE)])
+    cached = first.cached_tokens if isinstance(first, RoleStart) else None
+    assert got[0][1]["message"]["usage"] == {
+        "input_tokens": input_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached or 0,
+    }  # fmt: skip
+    assert got[-2][1]["usage"]["input_tokens"] == 7  # message_delta repeats the count
+
+
 def test_upstream_signature_passes_through_once() -> None:
     got = frames([ThinkingDelta("x"), ThinkingDelta("", signature="up-sig"), ContentDelta("y"), FINISH])
     signatures = [d["delta"]["signature"] for n, d in got if n == "content_block_delta" and d["delta"]["type"] == "signature_delta"]

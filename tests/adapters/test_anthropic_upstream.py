@@ -132,7 +132,7 @@ def decode_stream(name: str) -> list[Event]:
 
 def test_stream_of_thinking_text_and_tool_use() -> None:
     events = decode_stream("claude_thinking_tool_use.sse")
-    assert events[0] == RoleStart()
+    assert events[0] == RoleStart(prompt_tokens=412, cached_tokens=0)  # message_start's count, known before the reply
     signature = next(e.signature for e in events if isinstance(e, ThinkingDelta) and e.signature)
     assert signature.startswith("EqQB")
     fragments = [e for e in events if isinstance(e, ToolCallFragment)]

@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from tests.support.server import RunningServer
+from tests.support.sse import named_events
 
 anthropic = pytest.importorskip("anthropic", reason="the test extra installs the official anthropic client")
 
@@ -57,6 +58,30 @@ def test_stream_accumulates_to_the_whole_reply(client: anthropic.Anthropic) -> N
     assert (final.stop_reason, prompt_tokens(final.usage), final.usage.output_tokens) == (
         whole.stop_reason, prompt_tokens(whole.usage), whole.usage.output_tokens,
     )  # fmt: skip
+
+
+def test_message_start_carries_the_prompts_input_tokens(client: anthropic.Anthropic, real_server: RunningServer) -> None:
+    """Anthropic reports the prompt's input_tokens in message_start (Claude Code reads it
+    there, as did SDKs before 0.49); message_delta repeats it with output_tokens."""
+    counted = client.messages.count_tokens(model=MODEL, messages=QUESTION).input_tokens
+    ask = {"model": MODEL, "max_tokens": 8, "messages": QUESTION, "stream": True, **GREEDY}
+    with httpx.stream("POST", real_server.url + "/v1/messages", json=ask, timeout=60) as reply:
+        events = named_events(reply.read().decode())
+    (name, start), *_ = events
+    # The whole prompt: input_tokens plus what came from the prompt cache (Anthropic's split).
+    def whole(usage: dict[str, int]) -> int:
+        return usage["input_tokens"] + (usage.get("cache_read_input_tokens") or 0)
+
+    assert name == "message_start" and whole(start["message"]["usage"]) == counted > 10
+    assert start["message"]["usage"]["output_tokens"] == 0
+    delta = next(data for name, data in events if name == "message_delta")
+    assert whole(delta["usage"]) == counted and delta["usage"]["output_tokens"] > 0
+    # What the SDK accumulates: message_start's count, kept through message_delta.
+    with client.messages.stream(model=MODEL, max_tokens=8, messages=QUESTION, extra_body=GREEDY) as stream:
+        first = next(iter(stream))
+        assert first.type == "message_start" and whole(first.message.usage.model_dump()) == counted
+        final = stream.get_final_message()
+    assert whole(final.usage.model_dump()) == counted and final.usage.output_tokens == delta["usage"]["output_tokens"]
 
 
 def test_max_tokens_far_beyond_the_context_is_clamped(client: anthropic.Anthropic) -> None:
