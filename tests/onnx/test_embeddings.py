@@ -162,3 +162,49 @@ def test_token_limits(runner: EmbeddingRunner) -> None:
                                            truncate=True, max_tokens=None)] == [8]  # fmt: skip
     with pytest.raises(RequestError, match="the limit is 5"):
         runner.tokenize(["one two three four"], limit=256, truncate=True, max_tokens=5)
+
+
+class Watched:
+    """The runner's own tokenizer, counting the characters it is handed."""
+
+    def __init__(self, tokenizer: object) -> None:
+        self.tokenizer = tokenizer
+        self.chars = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.tokenizer, name)
+
+    def encode_batch(self, texts: list[str]) -> object:
+        self.chars += sum(len(t) for t in texts)
+        return self.tokenizer.encode_batch(texts)  # type: ignore[attr-defined]
+
+
+CUT_TEXTS = [
+    "word " * 20_000,  # 100 KB of words
+    "a" * 1000,  # one word longer than WordPiece takes: one [UNK], however it is cut
+    "Ünïcödé, punctuation — and 日本語の文字 " * 3000,
+    "x" * 300 + " " * 5000 + "y " * 9000,  # a long run of spaces at the cut
+    "[SEP] [CLS] " * 5000,  # the tokenizer's own special texts
+    "short",
+    "",
+]
+
+
+@pytest.mark.parametrize("limit", [8, 256])
+def test_truncating_tokenizes_a_prefix_with_the_same_tokens(runner: EmbeddingRunner, limit: int) -> None:
+    """truncate: true gives the first ``limit`` tokens of the whole text, tokenizing only
+    a prefix of each long text (before: all 100 KB of each, to keep 256 tokens)."""
+    want = [e.ids for e in runner._tokenizer(limit).encode_batch(CUT_TEXTS)]
+    watched = Watched(runner._tokenizer(limit))
+    runner._tokenizers[limit] = watched
+    try:
+        rows = runner.tokenize(CUT_TEXTS, limit=limit, truncate=True, max_tokens=None)
+    finally:
+        runner._tokenizers.pop(limit)
+    assert rows == want
+    assert watched.chars < sum(len(t) for t in CUT_TEXTS) / 4, watched.chars
+    # Refused, the whole length is still named.
+    from adapters.errors import ContextTooLong
+
+    with pytest.raises(ContextTooLong, match=rf"input\[0\] is 20002 tokens, more than the model's context of {limit}"):
+        runner.tokenize(CUT_TEXTS, limit=limit, truncate=False, max_tokens=None)
