@@ -1,7 +1,7 @@
 """Proxy throughput per process and with ``server.workers: 2`` (issue #14), against the
 bare pass-through (``bare_passthrough.py``), side by side in one run.
 
-    .venv/bin/python bench/proxy_workers.py [--before DIR] [--rounds 3] [--duration 5]
+    .venv/bin/python bench/proxy_workers.py [--before DIR [--before-workers 2]] [--rounds 3] [--duration 5]
 
 A canned upstream (``canned_upstream.py``), then for each target a closed-loop load of
 ``-c`` keep-alive connections (``loadgen.py``, its own process) sending one non-streaming
@@ -78,11 +78,11 @@ def start_targets(args: argparse.Namespace, work: Path, upstream: int) -> dict[s
     config.write_text(f"server:\n  log_format: json\nmodels:\n  - {{name: bench, backend: openai, base_url: '{base}/v1'}}\n")
     checkouts = [("dragoman", ROOT, 1), ("dragoman, 2 workers", ROOT, 2)]
     if args.before:
-        checkouts.append((args.before_name, args.before, 1))
+        checkouts.append((args.before_name, args.before, args.before_workers))
     for name, root, workers in checkouts:
         port = free_port()
         command = [python, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)]
-        if root == ROOT:
+        if root == ROOT or workers > 1:  # a checkout from before server.workers takes no --workers
             command += ["--workers", str(workers)]
         env = {"PYTHONPATH": str(root)}
         log = work / f"{name.replace(' ', '_').replace(',', '')}.log"
@@ -121,6 +121,7 @@ def main() -> int:
     parser.add_argument("-c", "--concurrency", type=int, default=32)
     parser.add_argument("--before", type=Path, help="another checkout of dragoman to measure (one process)")
     parser.add_argument("--before-name", default="dragoman before")
+    parser.add_argument("--before-workers", type=int, default=1, help="worker processes of the --before checkout")
     args = parser.parse_args()
     out: dict[str, object] = {"concurrency": args.concurrency, "duration": args.duration,
                               "command": "python " + " ".join([os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
@@ -187,8 +188,9 @@ def main() -> int:
                      "bare 2 workers / 1": med([d / b for d, b in zip(series["bare, 2 workers"], series["bare"],
                                                                       strict=True)])}  # fmt: skip
     if args.before:
-        out["ratios"][f"dragoman / {args.before_name}"] = med(  # type: ignore[index]
-            [d / b for d, b in zip(series["dragoman"], series[args.before_name], strict=True)])
+        same = "dragoman" if args.before_workers == 1 else "dragoman, 2 workers"
+        out["ratios"][f"{same} / {args.before_name}"] = med(  # type: ignore[index]
+            [d / b for d, b in zip(series[same], series[args.before_name], strict=True)])
     print("per-round ratios, median: " + ", ".join(f"{k} {v:.2f}×" for k, v in out["ratios"].items()))
     results = BENCH / "results" / "proxy_workers.json"
     results.parent.mkdir(exist_ok=True)

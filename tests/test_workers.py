@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.workers import local_model_entries, process_count, startup_note
+from proxy.workers import balances_by_port, bind_sockets, local_model_entries, process_count, startup_note
 from tests.support.replay import Reply, replay_server
 from tests.support.server import config_from_yaml, free_port
 
@@ -53,6 +54,34 @@ def test_workers_must_be_positive() -> None:
 
     with pytest.raises(ConfigError, match="workers"):
         config_from_yaml("server: {workers: 0}\nmodels: []\n")
+
+
+@pytest.mark.skipif(not balances_by_port(), reason="SO_REUSEPORT balances connections on Linux only")
+def test_each_worker_gets_its_own_socket_on_one_port() -> None:
+    sockets = bind_sockets("127.0.0.1", 0, 3)
+    try:
+        assert len({id(sock) for sock in sockets}) == 3
+        assert len({sock.getsockname() for sock in sockets}) == 1  # port 0: the kernel's choice, once
+        assert all(sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) for sock in sockets)
+        # SO_REUSEPORT would let a second server of this user share the port unnoticed:
+        # it must still be told the port is taken, with one worker or many.
+        port = sockets[0].getsockname()[1]
+        for count in (1, 2):
+            with pytest.raises(SystemExit, match=f"cannot listen on 127.0.0.1:{port}: Address already in use"):
+                bind_sockets("127.0.0.1", port, count)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_one_socket_shared_where_the_kernel_does_not_balance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proxy.workers.balances_by_port", lambda: False)
+    sockets = bind_sockets("127.0.0.1", 0, 2)
+    try:
+        assert sockets[0] is sockets[1]
+        assert not sockets[0].getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)
+    finally:
+        sockets[0].close()
 
 
 def children(pid: int) -> set[int]:
@@ -137,3 +166,40 @@ def test_two_workers_serve_one_port_restart_and_stop_cleanly(two_workers: tuple[
     assert "with 2 worker processes" in output
     assert "exited with status -9; starting it again" in output
     assert "Traceback" not in output
+
+
+def established(pids: set[int], port: int) -> dict[int, int]:
+    """How many accepted connections on ``port`` each process holds (its socket fds
+    matched against /proc/net/tcp's established entries)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(fields[9])
+    held = {}
+    for pid in pids:
+        links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.name.isdigit()]
+        held[pid] = sum(link.startswith("socket:[") and link[8:-1] in inodes for link in links)
+    return held
+
+
+@pytest.mark.skipif(not balances_by_port(), reason="SO_REUSEPORT balances connections on Linux only")
+def test_a_burst_of_connections_is_spread_over_the_workers(two_workers: tuple[subprocess.Popen[str], str]) -> None:
+    """A load generator (or a client pool) opens its keep-alive connections at once.
+    On one shared socket the worker that woke first accepted the whole burst and the
+    other idled; with a socket each the kernel spreads them (16 all on one of two
+    sockets by chance: 1 in 32,768)."""
+    server, url = two_workers
+    port = int(url.rsplit(":", 1)[1])
+    burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
+    try:
+        for sock in burst:
+            sock.sendall(b"GET /api/version HTTP/1.1\r\nHost: x\r\n\r\n")
+        for sock in burst:
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        held = established(children(server.pid), port)
+        assert sum(held.values()) == 16, held
+        assert min(held.values()) >= 1, f"one worker took every connection: {held}"
+    finally:
+        for sock in burst:
+            sock.close()
