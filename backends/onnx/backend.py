@@ -2,9 +2,10 @@
 
 The server's event loop never runs inference: the worker (:mod:`backends.onnx.worker`)
 does, interleaving every active request a token at a time. This side plans the request
-(:mod:`backends.onnx.planning`), bounds the queue, turns worker reports into canonical
+(:mod:`backends.onnx.prompts`), bounds the queue, turns worker reports into canonical
 events, credits the worker with what its consumer has taken, and unloads the model as
-:mod:`backends.residency` says.
+:mod:`backends.residency` says. Starting, stopping and cancelling on the worker:
+:mod:`backends.onnx.worker_slot`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 import collections
 import contextlib
 import itertools
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -36,7 +36,7 @@ from adapters.canonical import (
 from adapters.errors import BackendError, ContextTooLong, RequestError, UnsupportedFeature
 from backends.admission import Admission
 from backends.base import Capabilities, LoadedModel, ModelDetails
-from backends.onnx.client import WorkerClient, WorkerGone
+from backends.onnx.client import WorkerGone
 from backends.onnx.embedding_files import has_hidden_states, read_facts
 from backends.onnx.embedding_service import OnnxEmbedder
 from backends.onnx.model_files import ModelFiles
@@ -44,28 +44,14 @@ from backends.text.output_parsers import LogprobsPairing, OutputParser
 from backends.onnx.prepare import is_prepared, missing_build_tools
 from backends.onnx.prompt_tokens import PromptTokenizer
 from backends.onnx.prompts import chat_prompt, chat_start, completion_start
-from backends.onnx.protocol import (
-    RUN_AHEAD,
-    Cancel,
-    Credit,
-    Done,
-    Failed,
-    FrameTooLarge,
-    Refused,
-    Report,
-    Start,
-    Started,
-    Tokens,
-    WorkerConfig,
-)
+from backends.onnx.protocol import RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Refused, Report, Start, Started, Tokens
 from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
-from backends.onnx.settings import CancelRecord, OnnxSettings
+from backends.onnx.settings import OnnxSettings
+from backends.onnx.worker_slot import WorkerSlot
 from backends.residency import Residency
 from backends.pull import ProgressCallback, PullProgress
 from backends.text.chat_template import supports_thinking
 from backends.text.fim import find_fim
-
-log = logging.getLogger("dragoman.onnx")
 
 
 class OnnxBackend:
@@ -76,13 +62,11 @@ class OnnxBackend:
         self.settings: OnnxSettings = route.settings
         self.name: str = route.config.name
         self.admission = Admission(self.settings.max_concurrent, self.settings.max_queue)
-        self.cancellations: collections.OrderedDict[int, CancelRecord] = collections.OrderedDict()
         self.counters: collections.Counter[str] = collections.Counter()
-        self.residency = Residency(self.name, route.keep_alive, self._stop_worker)
-        self._worker: WorkerClient | None = None
-        self._load_lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self.files = ModelFiles(self.name, self.settings, route.config.context_length)
+        self.slot = WorkerSlot(self.name, self.settings, self.files, on_start=self._forget_counter)
+        self.residency = Residency(self.name, route.keep_alive, self.slot.stop)
         self._counter: PromptTokenizer | None = None  # for count_tokens, read on first use
         self._embedder: OnnxEmbedder | None = None  # for models whose graph outputs hidden_states
 
@@ -151,7 +135,7 @@ class OnnxBackend:
         )
 
     def loaded(self) -> list[LoadedModel]:
-        worker = self._worker
+        worker = self.slot.worker
         if worker is None or not worker.alive:
             return self._embedder.loaded() if self._embedder is not None else []
         size = self.files.facts().size
@@ -188,14 +172,13 @@ class OnnxBackend:
 
     async def load(self, model: str, keep_alive: float | None) -> None:
         self.residency.check_open()
-        await self._ensure_worker()
+        await self.slot.ensure()
         self.residency.loaded(keep_alive)
 
     async def pull(self, model: str, progress: ProgressCallback) -> None:
         """``/api/pull``: build the model when it is the default one and not built yet
         (stage by stage in ``progress``); a folder that holds no model is an error."""
-        async with self._load_lock:  # one build, whoever asks for it first
-            model_dir = await self.files.ensure(progress)
+        model_dir = await self.slot.build(progress)
         self.files.forget()
         progress(PullProgress(status=f"{model} is ready in {model_dir}"))
 
@@ -209,18 +192,11 @@ class OnnxBackend:
         self.residency.forget()
         if self._embedder is not None:
             await self._embedder.close()
-        await self._stop_worker()
-
-    async def _stop_worker(self) -> None:
-        async with self._load_lock:
-            worker, self._worker = self._worker, None
-            if worker is not None:
-                await worker.stop()
-                log.info("unloaded model '%s'", self.name)
+        await self.slot.stop()
 
     @property
     def worker_pid(self) -> int | None:
-        return self._worker.pid if self._worker is not None and self._worker.alive else None
+        return self.slot.pid
 
     # -- chat --------------------------------------------------------------------------
 
@@ -233,7 +209,7 @@ class OnnxBackend:
     async def _run(self, request: Request) -> AsyncIterator[Event]:
         began = time.perf_counter_ns()
         async with self.residency.request(request.keep_alive), self.admission.slot(self.name):
-            load_ns = await self._ensure_worker()
+            load_ns = await self.slot.ensure()
             # Closed explicitly: a client leaving must cancel the generation now,
             # not whenever the garbage collector finalizes the inner generator.
             async with contextlib.aclosing(self._generate(request, began, load_ns)) as events:
@@ -241,7 +217,7 @@ class OnnxBackend:
                     yield event
 
     async def _generate(self, request: Request, began: int, load_ns: int) -> AsyncIterator[Event]:
-        worker = self._worker
+        worker = self.slot.worker
         assert worker is not None and worker.ready is not None
         start, parser = self._plan(request, next(self._ids), worker.ready.context_length)
         try:
@@ -282,8 +258,8 @@ class OnnxBackend:
                     return
         finally:
             worker.forget(start.request_id)
-            if not finished and _still_running(reports):
-                self._cancel(worker, start.request_id, consumed)
+            if not finished and self.slot.cancel(worker, start.request_id, consumed, reports):
+                self.counters["cancelled"] += 1
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in the model's own tokens: rendered as a generation
@@ -342,69 +318,8 @@ class OnnxBackend:
             ),
         )
 
-    def _cancel(self, worker: WorkerClient, request_id: int, consumed: int) -> None:
-        """``consumed``: the tokens the client had taken when it left."""
-        worker.send(Cancel(request_id))
-        self.counters["cancelled"] += 1
-        self.cancellations[request_id] = CancelRecord(request_id, tokens_consumed=consumed)
-        while len(self.cancellations) > 100:
-            self.cancellations.popitem(last=False)
-
-    def _on_orphan(self, report: Report) -> None:
-        record = self.cancellations.get(getattr(report, "request_id", -1))
-        if record is None:
-            return
-        if isinstance(report, Tokens):
-            if record.confirmed.is_set():
-                record.tokens_after_confirm += len(report.token_ids)
-        elif isinstance(report, (Done, Failed)) and not record.confirmed.is_set():
-            record.worker_tokens = report.completion_tokens if isinstance(report, Done) else None
-            record.confirmed.set()
-
-    # -- worker and model --------------------------------------------------------------
-
-    async def _ensure_worker(self) -> int:
-        """Start the worker unless it runs; the nanoseconds spent loading."""
-        async with self._load_lock:
-            if self._worker is not None and self._worker.alive:
-                return 0
-            began = time.perf_counter_ns()
-            model_dir = await self.files.ensure()
-            config = WorkerConfig(
-                model_path=str(model_dir),
-                providers=list(self.files.candidates()),
-                provider_options=dict(self.settings.provider_options),
-                threads=self.settings.threads,
-                grammar_timeout=self.settings.grammar_timeout,
-                grammar_memory=self.settings.grammar_memory,
-                engine=self.settings.engine,
-                prefix_cache_bytes=self.settings.prefix_cache_mib * 1024 * 1024,
-                prefix_cache_entries=self.settings.prefix_cache_entries,
-            )
-            worker = WorkerClient(
-                config, name=self.name, on_orphan=self._on_orphan, stall_timeout=self.settings.stall_timeout
-            )
-            ready = await worker.start()
-            self._worker = worker
-            self.files.forget()
-            self._counter = None  # a reload may follow a rebuild
-            log.info(
-                "loaded model '%s' on %s (%s, %s engine) in %.2fs",
-                self.name,
-                ready.provider,
-                ready.device_type,
-                ready.engine,
-                ready.load_ns / 1e9,
-            )
-            return time.perf_counter_ns() - began
-
-def _still_running(reports: asyncio.Queue[Report | WorkerGone]) -> bool:
-    """False when the reports not consumed already hold the request's end (it
-    finished or failed on its own): then there is nothing to cancel."""
-    while not reports.empty():
-        if not isinstance(reports.get_nowait(), (Tokens, Started)):
-            return False
-    return True
+    def _forget_counter(self) -> None:
+        self._counter = None  # a new worker may follow a rebuild
 
 
 def _error_event(report: Report | WorkerGone) -> ErrorEvent:

@@ -217,7 +217,7 @@ async def test_cancellation_stops_generation(backend: OnnxBackend) -> None:
             if seen == 5:
                 break
     await stream.aclose()
-    record = next(reversed(backend.cancellations.values()))
+    record = next(reversed(backend.slot.cancellations.values()))
     await asyncio.wait_for(record.confirmed.wait(), 5)
     # However late the cancel is read, the worker never got further ahead of what the
     # client took than its run-ahead (it waits for credit), and stopped far from 400.
@@ -241,12 +241,12 @@ async def test_a_cancelled_consumer_task_cancels_the_generation(backend: OnnxBac
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(first_token.wait(), 10)
-    before = set(backend.cancellations)
+    before = set(backend.slot.cancellations)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    (new,) = set(backend.cancellations) - before
-    record = backend.cancellations[new]
+    (new,) = set(backend.slot.cancellations) - before
+    record = backend.slot.cancellations[new]
     await asyncio.wait_for(record.confirmed.wait(), 5)
     assert record.worker_tokens is not None and record.worker_tokens <= record.tokens_consumed + RUN_AHEAD
 
@@ -264,7 +264,7 @@ async def test_a_stalled_consumer_holds_its_generation_back(backend: OnnxBackend
                 time.sleep(1.0)  # the whole event loop stops, as under a heavy load
                 break
     await stream.aclose()
-    record = next(reversed(backend.cancellations.values()))
+    record = next(reversed(backend.slot.cancellations.values()))
     await asyncio.wait_for(record.confirmed.wait(), 5)
     assert record.worker_tokens is not None and record.worker_tokens <= record.tokens_consumed + RUN_AHEAD
 

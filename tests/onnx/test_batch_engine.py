@@ -125,8 +125,8 @@ async def test_the_batch_engine_answers_as_the_library_generator(engines: dict[s
         # Once a grammar is complete the library generates one more token (its end of
         # sequence) and counts it; the batch engine stops there.
         same(got, expected, count=name not in ("schema", "tool"))
-    assert engines["batch"]._worker.ready.engine == "batch"  # type: ignore[union-attr]
-    assert engines["generator"]._worker.ready.engine == "generator"  # type: ignore[union-attr]
+    assert engines["batch"].slot.worker.ready.engine == "batch"  # type: ignore[union-attr]
+    assert engines["generator"].slot.worker.ready.engine == "generator"  # type: ignore[union-attr]
 
 
 async def test_concurrent_requests_answer_as_each_alone(engines: dict[str, OnnxBackend]) -> None:
