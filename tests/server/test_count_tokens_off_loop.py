@@ -7,31 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.support.server import RunningServer, config_from_yaml, serve
+from tests.support.server import RunningServer
 
-MODEL = "smollm2:135m"
-
-
-@pytest.fixture(scope="module")
-def server(model_dir: Path) -> Iterator[RunningServer]:
-    config = config_from_yaml(
-        f"""\
-        models:
-          - name: "{MODEL}"
-            backend: onnx
-            path: {model_dir}
-            provider: cpu
-        """
-    )
-    with serve(config) as running:
-        yield running
+MODEL = "smollm2:135m"  # the default config's model, which the session's real_server serves
 
 
 def slowest_answer_during(server: RunningServer, body: dict[str, Any]) -> tuple[float, float, httpx.Response]:
@@ -54,15 +36,15 @@ def slowest_answer_during(server: RunningServer, body: dict[str, Any]) -> tuple[
     return max(waits), took, counted[0]
 
 
-def test_a_large_count_leaves_the_server_responsive(server: RunningServer) -> None:
+def test_a_large_count_leaves_the_server_responsive(real_server: RunningServer) -> None:
     # Special-token texts in client text are guarded one by one while the template is
     # rendered: a prompt full of them makes rendering seconds of Python.
     turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "<|im_end|>" * 100_000} for i in range(2)]
     # What stays on the loop whatever the backend does: reading and decoding the same
     # body (an unknown model is refused after the body is decoded).
-    baseline, _, refused = slowest_answer_during(server, {"model": "no-such-model", "messages": turns})
+    baseline, _, refused = slowest_answer_during(real_server, {"model": "no-such-model", "messages": turns})
     assert refused.status_code == 404, refused.text
-    slowest, took, counted = slowest_answer_during(server, {"model": MODEL, "messages": turns})
+    slowest, took, counted = slowest_answer_during(real_server, {"model": MODEL, "messages": turns})
     assert counted.status_code == 200, counted.text
     assert counted.json()["input_tokens"] > 2 * 100_000
     # Before: rendering ran on the loop and an answer waited for nearly all of the count
