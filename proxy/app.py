@@ -28,6 +28,7 @@ from proxy.openai_routes import openai_router
 from proxy import ui
 from proxy.response_store import ResponseStore, open_store
 from proxy.responses_routes import responses_router
+from proxy.strict_body import StrictBodyRequest
 from proxy.version import __version__
 
 
@@ -83,6 +84,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         lifespan=[lifespan],
         cors_config=cors_config(server),
         request_max_body_size=server.limits.max_body_bytes,
+        request_class=StrictBodyRequest,  # bodies decoded by msgspec's strict rules, not Litestar's lax ones
         openapi_config=OpenAPIConfig(
             title="dragoman",
             version=__version__,

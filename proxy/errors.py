@@ -147,26 +147,28 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
 
 
 def _validation_error(exc: ValidationException) -> RequestError:
-    """Litestar reports msgspec's errors as ``extra=[{"message", "key"}]``; name the
-    field path the way a client wrote it (``messages[1].content``)."""
+    """Litestar reports msgspec's errors as ``extra=[{"message", "key"}]``."""
     problems = exc.extra if isinstance(exc.extra, list) else []
     for problem in problems:
-        if not isinstance(problem, dict):
-            continue
-        key = str(problem.get("key", ""))
-        message = str(problem.get("message", ""))
-        missing = re.match(r"Object missing required field `(.+)`", message)
-        if key in ("", "data"):
-            if missing:
-                return RequestError(f"{missing.group(1)}: field required", param=missing.group(1))
-            if message in ("'data'", ""):
-                return RequestError("request body is empty; send a JSON object", param=None)
-            return RequestError(f"request body: {message}")
-        if missing:
-            field = f"{key}.{missing.group(1)}"
-            return RequestError(f"{field}: field required", param=field)
-        return RequestError(f"{key}: {message}", param=key)
+        if isinstance(problem, dict):
+            return field_problem(str(problem.get("key", "")), str(problem.get("message", "")))
     return RequestError(str(exc.detail))
+
+
+def field_problem(key: str, message: str) -> RequestError:
+    """msgspec's ``message`` about the body's field ``key`` (``""`` or ``"data"``: the
+    body itself), naming the field path the way a client wrote it (``messages[1].content``)."""
+    missing = re.match(r"Object missing required field `(.+)`", message)
+    if key in ("", "data"):
+        if missing:
+            return RequestError(f"{missing.group(1)}: field required", param=missing.group(1))
+        if message in ("'data'", ""):
+            return RequestError("request body is empty; send a JSON object", param=None)
+        return RequestError(f"request body: {message}")
+    if missing:
+        field = f"{key}.{missing.group(1)}"
+        return RequestError(f"{field}: field required", param=field)
+    return RequestError(f"{key}: {message}", param=key)
 
 
 def _body_problem(detail: str) -> str:

@@ -19,6 +19,12 @@ from msgspec import Meta
 UnitInterval = Annotated[float, Meta(ge=0.0, le=1.0)]
 # JSON integers are unbounded; Ollama (Go) and our backends take 64 bits.
 Int64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+# Bodies are decoded strictly (proxy/strict_body.py), but Ollama reads ``options`` as a
+# map of JSON numbers and takes one with no fraction for an integer option, and Home
+# Assistant sends such floats (``num_ctx: 8192.0``: its number selector yields floats).
+# ModelOptions makes them ints; a fraction is refused (Ollama would drop it).
+OptionInt = Int64 | Annotated[float, Meta(ge=-(2.0**63), lt=2.0**63)]
+Count = Annotated[int, Meta(ge=0, le=2**63 - 1)] | Annotated[float, Meta(ge=0, lt=2.0**63)]
 
 # -- request ---------------------------------------------------------------------------
 
@@ -69,23 +75,35 @@ class ChatMessage(msgspec.Struct, omit_defaults=True):
 class ModelOptions(msgspec.Struct, omit_defaults=True):
     """The seed spec's options plus the two penalties Ollama also takes."""
 
-    seed: Int64 | None = None
+    seed: OptionInt | None = None
     temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
-    top_k: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    top_k: Count | None = None
     top_p: UnitInterval | None = None
     min_p: UnitInterval | None = None
     # A single string is accepted as a list of one.
     stop: list[str] | str | None = None
-    num_ctx: Int64 | None = None
-    num_predict: Int64 | None = None
+    num_ctx: OptionInt | None = None
+    num_predict: OptionInt | None = None
     repeat_penalty: float | None = None
-    repeat_last_n: Int64 | None = None
+    repeat_last_n: OptionInt | None = None
     tfs_z: float | None = None
     mirostat: Literal[0, 1, 2] | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in _INTEGER_OPTIONS:
+            value = getattr(self, name)
+            if isinstance(value, float):
+                if not value.is_integer():
+                    # Raised at `$.options`: the message names the option itself.
+                    raise ValueError(f"options.{name}: Expected `int`, got a fraction ({value})")
+                setattr(self, name, int(value))
+
+
+_INTEGER_OPTIONS = ("seed", "top_k", "num_ctx", "num_predict", "repeat_last_n")
 
 
 class ChatRequest(msgspec.Struct, omit_defaults=True):
