@@ -237,7 +237,7 @@ class CTransformersBackend:
             item = await run.queue.get()
             if item is END:
                 self._raise_refusal(future, request)
-            yield RoleStart()
+            yield RoleStart(prompt_tokens=run.prompt_tokens)  # for Anthropic's message_start
             while item is not END:
                 text, run.tokens = item
                 yield ContentDelta(text)
@@ -254,6 +254,7 @@ class CTransformersBackend:
     ) -> generation.Outcome | Refused:
         """On the worker thread: tokenize, refuse a prompt that does not fit, generate."""
         tokens = generation.tokenize(llm, pieces, add_bos=file.add_bos)
+        run.prompt_tokens = len(tokens)
         if len(tokens) >= limit:
             return Refused(len(tokens), limit)
         job = generation.Job(

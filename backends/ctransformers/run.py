@@ -45,6 +45,9 @@ class Run:
         self.tokens = 0  # generated when the last text arrived
         self.generated = 0  # generated when the worker last emitted (it may be ahead of the queue's reader)
         self.tokens_at_cancel: int | None = None
+        # Set on the worker thread once the prompt is tokenized, before anything is
+        # emitted: read on the loop after the first item, it is already there.
+        self.prompt_tokens: int | None = None
 
     def emit(self, text: str, tokens: int) -> None:
         """Called on the worker thread."""

@@ -19,6 +19,7 @@ from config.schema import ModelRoute
 from proxy.models import build_backend
 from tests.ctransformers.conftest import needs_library
 from tests.support.server import RunningServer, config_from_yaml, serve
+from tests.support.sse import named_events
 
 pytestmark = needs_library
 MODEL = "smollm2-ct"
@@ -106,6 +107,20 @@ def test_ollama_client_whole_and_streamed(ol: ollama.Client) -> None:
     parts = list(ol.chat(model=MODEL, messages=QUESTION, options={"num_predict": 24}, stream=True))
     assert "".join(p.message.content for p in parts) == whole.message.content
     assert parts[-1].done and parts[-1].eval_count == whole.eval_count and parts[-1].eval_duration > 0
+
+
+def test_anthropic_message_start_carries_the_prompts_input_tokens(served: Served) -> None:
+    """The prompt is tokenized before the first token, so message_start reports its
+    input_tokens as Anthropic does (Claude Code reads them there); message_delta repeats them."""
+    counted = httpx.post(served.url + "/v1/messages/count_tokens", json={"model": MODEL, "messages": QUESTION[1:], "system": QUESTION[0]["content"]}, timeout=60)
+    assert counted.status_code == 200, counted.text
+    ask = {"model": MODEL, "max_tokens": 8, "system": QUESTION[0]["content"], "messages": QUESTION[1:], "stream": True}
+    with httpx.stream("POST", served.url + "/v1/messages", json=ask, timeout=60) as reply:
+        events = named_events(reply.read().decode())
+    (name, start), *_ = events
+    assert name == "message_start" and start["message"]["usage"]["input_tokens"] == counted.json()["input_tokens"] > 20
+    delta = next(data for name, data in events if name == "message_delta")
+    assert delta["usage"]["input_tokens"] == start["message"]["usage"]["input_tokens"] and delta["usage"]["output_tokens"] > 0
 
 
 def test_ollama_discovery(ol: ollama.Client) -> None:
