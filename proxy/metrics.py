@@ -52,6 +52,12 @@ class Metrics:
         self.tokens = Counter(
             "dragoman_tokens", "Tokens processed", ["model", "direction"], registry=self.registry
         )
+        # Apart from dragoman_tokens, which they are counted in already (direction "in"):
+        # a third direction there would be summed twice by a sum over directions.
+        self.cached_tokens = Counter(
+            "dragoman_cached_prompt_tokens", "Prompt tokens read from a prompt cache, not computed again",
+            ["model"], registry=self.registry,
+        )
         self.speed = Histogram(
             "dragoman_generation_tokens_per_second", "Generated tokens per second, per request", ["model"],
             buckets=(1, 5, 10, 20, 50, 100, 200, 500, 1000, 5000), registry=self.registry,
@@ -93,6 +99,8 @@ class Metrics:
         if record.usage is not None:
             child(self.tokens, model, "in").inc(record.usage.prompt_tokens)
             child(self.tokens, model, "out").inc(record.usage.completion_tokens)
+            if record.usage.cached_tokens is not None:  # None: the backend cannot tell
+                child(self.cached_tokens, model).inc(record.usage.cached_tokens)
             if record.first_token_at is not None and record.usage.completion_tokens > 1 and now > record.first_token_at:
                 child(self.speed, model).observe((record.usage.completion_tokens - 1) / (now - record.first_token_at))
 

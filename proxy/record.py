@@ -76,6 +76,8 @@ class RequestRecord:
             out["ttft_ms"] = round((self.first_token_at - self.started) * 1000, 2)
         if self.usage is not None:
             out["prompt_tokens"] = self.usage.prompt_tokens
+            if self.usage.cached_tokens is not None:  # of prompt_tokens; absent where the backend cannot tell
+                out["cached_tokens"] = self.usage.cached_tokens
             out["generated_tokens"] = self.usage.completion_tokens
         if self.embed_inputs is not None:
             out["inputs"] = self.embed_inputs

@@ -57,3 +57,17 @@ def test_embedding_requests_count_apart() -> None:
     assert got[("dragoman_embedding_inputs_total", (("model", "m"),))] == 8.0
     assert got[("dragoman_embedding_requests_total", (("model", "m"), ("status", "200")))] == 2.0
     assert got[("dragoman_tokens_total", (("direction", "in"), ("model", "m")))] == 10.0
+
+
+def test_cached_prompt_tokens_count_apart_from_the_prompt() -> None:
+    """Counted in dragoman_tokens{direction="in"} already, so in a counter of their own;
+    a backend that cannot tell (None) adds no series."""
+    metrics = Metrics(lambda: iter(()))
+    for cached, entry in [(4, "m"), (0, "m"), (None, "other")]:
+        r = record("/v1/chat/completions", 200, entry=entry)
+        r.usage = Usage(prompt_tokens=5, completion_tokens=3, cached_tokens=cached)
+        metrics.observe(r, r.started + 0.05)
+    got = samples(metrics)
+    assert got[("dragoman_cached_prompt_tokens_total", (("model", "m"),))] == 4.0
+    assert ("dragoman_cached_prompt_tokens_total", (("model", "other"),)) not in got
+    assert got[("dragoman_tokens_total", (("direction", "in"), ("model", "m")))] == 10.0

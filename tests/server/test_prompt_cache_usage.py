@@ -4,9 +4,13 @@ requests sharing a long system prompt, the second reads it from the cache."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
+import httpx
 import pytest
+import structlog.testing
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.server import RunningServer
 
@@ -68,3 +72,26 @@ def test_anthropic_reports_cache_reads_apart_from_input_tokens(anthropic_client:
     with anthropic_client.messages.stream(**ask("And rule 12?")) as stream:
         final = stream.get_final_message()  # the SDK takes the counts from message_delta
     assert final.usage.cache_read_input_tokens > 200 and 0 < final.usage.input_tokens < 50
+
+
+def cached_counter(server: RunningServer) -> float:
+    families = text_string_to_metric_families(httpx.get(server.url + "/metrics").text)
+    return sum(s.value for f in families for s in f.samples
+               if s.name == "dragoman_cached_prompt_tokens_total" and s.labels["model"] == MODEL)  # fmt: skip
+
+
+def test_the_access_log_and_metrics_count_the_cached_tokens(openai_client: openai.OpenAI, real_server: RunningServer) -> None:
+    system = system_prompt()
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "What is rule 3?"}]
+    openai_client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+    before = cached_counter(real_server)
+    with structlog.testing.capture_logs() as logs:
+        messages[-1]["content"] = "Which rule talks about note 7?"
+        reply = openai_client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+        time.sleep(0.1)  # the line is written once the response has ended
+    assert reply.usage is not None
+    cached = reply.usage.prompt_tokens_details.cached_tokens
+    assert cached > 200
+    (line,) = [entry for entry in logs if entry.get("event") == "request" and entry.get("path") == "/v1/chat/completions"]
+    assert (line["prompt_tokens"], line["cached_tokens"]) == (reply.usage.prompt_tokens, cached)
+    assert cached_counter(real_server) - before == cached
