@@ -8,7 +8,8 @@ by all workers would not spread them: uvloop accepts every pending connection in
 go, so the worker that wakes first takes a whole burst of keep-alive connections and the
 others idle (measured: 2 workers served 1.00x one worker). Where ``SO_REUSEPORT`` does
 not balance (Windows, macOS), the workers share one socket. The supervisor keeps the
-sockets open, so connections queued on a dead worker's socket wait for its restart.
+sockets open while it runs, so connections queued on a dead worker's socket wait for its
+restart; on stop it closes them first, so new connections are refused, not left waiting.
 
 SIGTERM or Ctrl-C reaches the supervisor, which passes SIGTERM on: each worker refuses
 new chats and gives its running streams ``shutdown_grace``, then the supervisor exits
@@ -123,6 +124,13 @@ def serve_processes(config: Config, config_path: Path | None, host: str, port: i
                 print(f"dragoman: worker {index} exited with status {process.exitcode}; starting it again", file=sys.stderr)
                 processes[index] = start(index)
     finally:
+        # The supervisor's copies first: a worker closes its own listening socket when
+        # told to stop, and while this process still held one the kernel went on
+        # accepting connections nobody would serve (they hung for the whole grace
+        # period, then were reset); now a new connection is refused at once, as with
+        # one process.
+        for sock in set(sockets):
+            sock.close()
         for process in processes:
             if process.is_alive():
                 process.terminate()  # SIGTERM: the worker's graceful shutdown
@@ -134,8 +142,6 @@ def serve_processes(config: Config, config_path: Path | None, host: str, port: i
                 process.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sock in set(sockets):
-            sock.close()
     return code
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,7 @@ from tests.support.server import config_from_yaml, free_port
 UPSTREAM = "models:\n  - {name: remote, backend: openai, base_url: 'http://127.0.0.1:9/v1'}\n"
 LOCAL = "models:\n  - {name: local, backend: onnx, path: /nowhere}\n"
 GRACE = 20  # seconds: an idle pool stops without waiting for them
+SLOW_GAP = 0.5  # seconds between the events of the "slow" upstream stream
 
 
 @pytest.mark.parametrize(
@@ -101,9 +105,14 @@ def children(pid: int) -> set[int]:
 def two_workers(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     if not Path("/proc/self/stat").exists():
         pytest.skip("reads worker processes from /proc (Linux)")
-    with replay_server({"remote": Reply("openai/vllm_text.sse", whole="openai/vllm_text.json")}) as upstream:
+    script = {
+        "remote": Reply("openai/vllm_text.sse", whole="openai/vllm_text.json"),
+        "slow": Reply("openai/vllm_text.sse", delay_between=SLOW_GAP),  # 13 events: about 6 s
+    }
+    with replay_server(script) as upstream:  # type: ignore[arg-type]
         config = tmp_path / "workers.yaml"
-        config.write_text(f"server: {{workers: 2, shutdown_grace: {GRACE}}}\nmodels:\n  - {{name: remote, backend: openai, base_url: '{upstream.url}/v1'}}\n")
+        config.write_text(f"server: {{workers: 2, shutdown_grace: {GRACE}}}\nmodels:\n"
+                          + "".join(f"  - {{name: {name}, backend: openai, base_url: '{upstream.url}/v1'}}\n" for name in script))
         port = free_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)],
@@ -144,6 +153,12 @@ def test_two_workers_serve_one_port_restart_and_stop_cleanly(two_workers: tuple[
     assert len(workers) == 2
 
     os.kill(next(iter(workers)), signal.SIGKILL)  # a worker dies: it is started again
+    # Connections made while it is dead wait in its socket's queue (the supervisor holds
+    # the socket) and are answered by its successor: none is lost.
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        meanwhile = list(pool.map(lambda _: httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "model": "remote", "messages": [{"role": "user", "content": "hi"}]}).status_code, range(16)))  # fmt: skip
+    assert meanwhile == [200] * 16
     deadline = time.monotonic() + 30
     while len(children(server.pid)) < 2 or children(server.pid) == workers:
         assert time.monotonic() < deadline, "the dead worker was not started again"
@@ -203,3 +218,56 @@ def test_a_burst_of_connections_is_spread_over_the_workers(two_workers: tuple[su
     finally:
         for sock in burst:
             sock.close()
+
+
+def test_sigterm_lets_both_workers_streams_finish_and_refuses_new_connections(
+    two_workers: tuple[subprocess.Popen[str], str],
+) -> None:
+    """As one process does: the running streams of every worker get the grace period
+    and end complete; a new connection meanwhile is refused at once. (The supervisor
+    held the listening sockets open: new connections were accepted by the kernel,
+    served by nobody, and reset when the grace period was over.)"""
+    server, url = two_workers
+    port = int(url.rsplit(":", 1)[1])
+    started, ended = threading.Barrier(13), {}
+
+    def stream(i: int) -> None:
+        body = {"model": "slow", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        with httpx.Client(timeout=60) as client, client.stream("POST", f"{url}/v1/chat/completions", json=body) as reply:
+            lines = reply.iter_lines()
+            first = next(line for line in lines if line.startswith("data:"))
+            started.wait(30)
+            rest = [line for line in lines if line.startswith("data:")]
+        chunks = [json.loads(line[5:]) for line in [first, *rest] if line != "data: [DONE]"]
+        ended[i] = ("".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")),
+                    rest[-1], time.monotonic())  # fmt: skip
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    started.wait(30)
+    held = established(children(server.pid), port)
+    assert sum(held.values()) == 12 and min(held.values()) >= 1, f"the streams are not in both workers: {held}"
+    server.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while True:  # until the workers have closed their sockets: each try is answered at once
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=SLOW_GAP * 20) as sock:
+                sock.sendall(b"GET /api/version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                answered = sock.recv(1024)  # a 200 or a 503 while a worker is still stopping
+        except (ConnectionRefusedError, ConnectionResetError):  # reset: queued as its worker closed
+            answered = b""
+        if not answered:
+            refused_at = time.monotonic()
+            break
+        assert time.monotonic() < deadline, "new connections were still accepted 10 s after SIGTERM"
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join(GRACE + 30)
+    texts = {text for text, _, _ in ended.values()}
+    assert len(ended) == 12 and len(texts) == 1 and texts.pop(), ended  # every stream complete, none cut
+    assert all(last == "data: [DONE]" for _, last, _ in ended.values())
+    assert refused_at < min(at for _, _, at in ended.values()), "a new connection waited for the running streams"
+    assert server.wait(GRACE + 30) == 0
+    output = server.stdout.read()  # type: ignore[union-attr]
+    assert "Traceback" not in output and "shutting down; the reply was cut short" not in output
