@@ -86,11 +86,12 @@ def _serve(args: argparse.Namespace) -> int:
         print("dragoman: --workers must be at least 1", file=sys.stderr)
         return 2
     count = args.workers or workers.process_count(config)
+    address = workers.url_host(host)
     print(f"dragoman: serving {len(config.models)} model entr{'y' if len(config.models) == 1 else 'ies'} "
-          f"from {config.source} on http://{host}:{port}"
+          f"from {config.source} on http://{address}:{port}"
           + (f" with {count} worker processes" if count > 1 else ""), file=sys.stderr)  # fmt: skip
     if config.server.ui:
-        print(f"dragoman: web page at http://{host}:{port}/ui", file=sys.stderr)
+        print(f"dragoman: web page at http://{address}:{port}/ui", file=sys.stderr)
     if note := workers.startup_note(config, count):
         print(f"dragoman: note: {note}", file=sys.stderr)
     if count > 1:

@@ -175,11 +175,16 @@ def _bind(host: str, port: int, *, reuse_port: bool = False, listen: bool = True
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise SystemExit(f"dragoman: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        raise SystemExit(f"dragoman: cannot listen on {url_host(host)}:{port}: {exc.strerror or exc}") from exc
     if listen:
         sock.listen(2048)
         sock.set_inheritable(True)
     return sock
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets (``http://[::]:11434``)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def _worker_main(sock: socket.socket, config_path: str | None, index: int) -> None:

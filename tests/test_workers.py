@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.workers import balances_by_port, bind_sockets, local_model_entries, process_count, startup_note
+from proxy.workers import balances_by_port, bind_sockets, local_model_entries, process_count, startup_note, url_host
 from tests.support.replay import Reply, replay_server
 from tests.support.server import config_from_yaml, free_port
 
@@ -76,6 +76,14 @@ def test_each_worker_gets_its_own_socket_on_one_port() -> None:
     finally:
         for sock in sockets:
             sock.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"), [("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "0.0.0.0"), ("::", "[::]"), ("::1", "[::1]"), ("localhost", "localhost")]
+)
+def test_the_address_is_shown_as_a_url_writes_it(host: str, shown: str) -> None:
+    # "http://:::11434" (what start-up printed for --host ::) is no URL a browser or client takes
+    assert url_host(host) == shown
 
 
 def test_one_socket_shared_where_the_kernel_does_not_balance(monkeypatch: pytest.MonkeyPatch) -> None:
