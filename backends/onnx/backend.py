@@ -293,6 +293,8 @@ class OnnxBackend:
                     prompt_tokens=first.prompt_tokens,
                     context_length=first.context_length,
                 )
+            if first.kind == "empty":
+                raise RequestError(first.message, param="messages" if isinstance(request, ChatRequest) else "prompt")
             forced = isinstance(request, ChatRequest) and request.tool_choice.mode in ("required", "function")
             param = "tool_choice" if forced else "response_format"
             raise RequestError(first.message, param=param)

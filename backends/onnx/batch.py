@@ -115,7 +115,17 @@ class BatchEngine:
         if any(s.runnable for s in self.decoding):
             reports += self._decode()
         if self.prefilling:
-            reports += self._prefill()
+            sequence = min(self.prefilling, key=lambda s: s.pending)
+            try:
+                reports += self._prefill(sequence)
+            except Exception as exc:  # a pass over one prompt's row: only that request is lost
+                log.exception("request %s failed in prompt evaluation", sequence.request_id)
+                if sequence in self.decoding:
+                    self._retire(sequence)
+                elif sequence in self.prefilling:
+                    self.prefilling.remove(sequence)
+                    self._idle()
+                reports.append((sequence, Failed(sequence.request_id, f"prompt evaluation failed: {type(exc).__name__}: {exc}")))
         return reports
 
     def _decode(self) -> list[tuple[Sequence, Report]]:
@@ -144,8 +154,7 @@ class BatchEngine:
             self._retire(sequence)
         return reports
 
-    def _prefill(self) -> list[tuple[Sequence, Report]]:
-        sequence = min(self.prefilling, key=lambda s: s.pending)
+    def _prefill(self, sequence: Sequence) -> list[tuple[Sequence, Report]]:
         if sequence.computed == sequence.reused:
             self._reuse(sequence)  # a prompt kept since it arrived may serve it now
         size = self._chunk_size(sequence.pending)

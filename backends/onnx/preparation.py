@@ -93,6 +93,9 @@ class Preparation:
         prompt_ids = self.tokenizer.encode(start.prompt)
         n = len(prompt_ids)
         context = min(start.context_length, self.context_length) if self.context_length else start.context_length
+        if n == 0:  # nothing to evaluate (a template that renders nothing): the model cannot start
+            message = "the prompt is empty: it has no tokens for the model to continue"
+            return NotPrepared(start, Refused(rid, "empty", message, context_length=context))
         if n >= context:
             message = f"the prompt is {n} tokens, which does not fit the context length of {context} tokens"
             return NotPrepared(start, Refused(rid, "context", message, prompt_tokens=n, context_length=context))

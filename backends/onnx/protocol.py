@@ -148,7 +148,7 @@ class Refused(msgspec.Struct, tag="refused", frozen=True):
     """The request cannot start; ``kind`` picks the error the parent raises."""
 
     request_id: int
-    kind: Literal["context", "invalid", "too_complex"]
+    kind: Literal["context", "invalid", "too_complex", "empty"]
     message: str
     prompt_tokens: int = 0
     context_length: int = 0

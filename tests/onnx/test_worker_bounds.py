@@ -189,3 +189,31 @@ async def test_a_long_prompt_shares_the_step_loop(backend: OnnxBackend) -> None:
     during = [t for t in stamps if asked <= t <= first_at]
     assert len(during) >= 10, (len(during), first_at - asked)
     other.cancel()
+
+
+@pytest.mark.parametrize("engine", ["auto", "generator"])
+async def test_a_prompt_without_tokens_is_a_400_and_the_stream_beside_it_goes_on(
+    make_backend: Callable[..., OnnxBackend], engine: str
+) -> None:
+    """A chat template can render nothing (here, for a message "nothing"). The batch
+    engine's pass over zero tokens failed (GroupQueryAttention: total_sequence_length
+    must be positive) and took every stream of the model with it."""
+    template = (
+        "{% for m in messages %}{% if m.content != 'nothing' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+        "{% endif %}{% endfor %}{% if add_generation_prompt and messages[-1].content != 'nothing' %}<|im_start|>assistant\n{% endif %}"
+    )
+    backend = make_backend(template=template, engine=engine)
+    try:
+        alone = await collect(backend.chat(ask(STORY, num_predict=200)))
+        beside = asyncio.create_task(collect(backend.chat(ask(STORY, num_predict=200))))
+        while not backend.counters["started"] >= 2:
+            await asyncio.sleep(0.01)
+        with pytest.raises(RequestError, match="the prompt is empty") as refused:
+            await collect(backend.chat(ask("nothing", num_predict=8)))
+        assert refused.value.param == "messages" and refused.value.status == 400
+        together = await beside
+        assert isinstance(together[-1], Finish), together[-1]
+        text = ["".join(e.text for e in events if isinstance(e, ContentDelta)) for events in (alone, together)]
+        assert text[0] and text[0] == text[1]
+    finally:
+        await backend.aclose()
