@@ -215,7 +215,8 @@ class BatchEngine:
     def _keep(self, sequence: Sequence, length: int) -> None:
         ids = sequence.prompt[:length]
         if not self.cache.covers(ids):
-            self.cache.put(ids, self.slab.read(sequence.row, length))
+            row = sequence.row
+            self.cache.keep(ids, length * self.slab.bytes_per_position(), lambda: self.slab.read(row, length))
 
 
 def _choose(sequence: Sequence, logits: np.ndarray) -> list[Report]:

@@ -17,6 +17,7 @@ make a turn's greedy answer depend on whether the cache held the previous turn.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,16 +74,24 @@ class PrefixCache:
 
     def put(self, ids: np.ndarray, kv: np.ndarray) -> bool:
         """Keep ``kv`` (the KV of ``ids``); False when it is too short or too big to keep."""
-        if len(ids) < self.min_tokens or kv.nbytes + ids.nbytes > self.max_bytes or self.max_entries < 1:
+        return self.keep(ids, kv.nbytes, lambda: kv)
+
+    def keep(self, ids: np.ndarray, kv_bytes: int, read: Callable[[], np.ndarray]) -> bool:
+        """Keep the KV of ``ids`` (``kv_bytes`` long), copied by ``read`` only once there
+        is room for it: the entries never hold more than ``max_bytes``, not even while
+        the new one is copied, and a prompt too big to keep costs no copy at all."""
+        ids = np.array(ids, dtype=np.int32)
+        size = kv_bytes + ids.nbytes
+        if len(ids) < self.min_tokens or size > self.max_bytes or self.max_entries < 1:
             return False
         for key, entry in list(self._entries.items()):
             if len(entry.ids) <= len(ids) and shared_prefix(entry.ids, ids) == len(entry.ids):
                 self._drop(key)  # the new entry covers everything this one does
-        entry = Entry(np.array(ids, dtype=np.int32), kv)
+        while self._entries and (self.nbytes + size > self.max_bytes or len(self._entries) >= self.max_entries):
+            self._drop(next(iter(self._entries)))  # least recently used first
+        entry = Entry(ids, read())
         self._entries[next(self._keys)] = entry
         self.nbytes += entry.nbytes
-        while self.nbytes > self.max_bytes or len(self._entries) > self.max_entries:
-            self._drop(next(iter(self._entries)))
         return True
 
     def covers(self, ids: np.ndarray) -> bool:

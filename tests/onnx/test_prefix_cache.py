@@ -61,6 +61,30 @@ def test_bounded_by_bytes_and_count_least_recently_used_first() -> None:
     assert len(small) == 2 and small.longest(ids(1, 2, 3, 4, 5))[0] is None
 
 
+def test_room_is_made_before_the_new_entry_is_copied() -> None:
+    """The engine's copy of a prompt's KV (tens of MiB) is made only once the entries
+    it displaces are gone, so the cache never holds more than its bound, not even for
+    the moment of a copy; a prompt too big to keep is not copied at all."""
+    per_entry = kv(10).nbytes + ids(*range(10)).nbytes
+    cache = PrefixCache(max_bytes=3 * per_entry, max_entries=3, min_tokens=1)
+    held_while_copying = []
+
+    def read(length: int):  # type: ignore[no-untyped-def]
+        def copy() -> np.ndarray:
+            held_while_copying.append(cache.nbytes)
+            return kv(length)
+
+        return copy
+
+    for first in range(100, 700, 100):
+        assert cache.keep(ids(*range(first, first + 10)), kv(10).nbytes, read(10))
+        assert cache.nbytes <= cache.max_bytes and len(cache) <= 3
+    assert max(held_while_copying) + per_entry <= cache.max_bytes
+    copies = len(held_while_copying)
+    assert not cache.keep(ids(*range(40)), kv(40).nbytes, read(40))  # more than the whole bound
+    assert len(held_while_copying) == copies and len(cache) == 3
+
+
 def test_too_big_or_too_short_is_not_kept() -> None:
     cache = PrefixCache(max_bytes=kv(4).nbytes, max_entries=8, min_tokens=3)
     assert not cache.put(ids(*range(8)), kv(8))
