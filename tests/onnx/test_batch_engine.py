@@ -14,6 +14,7 @@ import pytest_asyncio
 
 from adapters.canonical import (
     ChatRequest,
+    CompletionRequest,
     ContentDelta,
     Finish,
     Message,
@@ -197,3 +198,33 @@ async def test_a_long_prompt_is_prefilled_between_the_others_steps(engines: dict
     assert first is not None
     during = [t for times in arrivals for t in times if sent < t < first]
     assert len(during) >= 4, "the other streams stopped while the long prompt was prefilled"
+
+
+def raw(prompt: str, **options: Any) -> CompletionRequest:
+    return CompletionRequest(model=MODEL_NAME, prompt=prompt, raw=True, options=SamplingOptions(num_predict=12, **options))
+
+
+async def test_prompts_against_what_is_cached_answer_as_cold(engines: dict[str, OnnxBackend]) -> None:
+    """Raw prompts whose tokens are the client's: one that differs from a cached one
+    only in its last token, one that is a strict prefix of a cached one (the entry holds
+    more than the prompt), the same prompt again, and prompts of one or two tokens."""
+    batch, cold = engines["batch"], engines["cold"]
+    base = f"{time.time_ns()} {NOTES[:1200]}"
+    prompts = [
+        base + " The count was 7",
+        base + " The count was 8",  # the last token differs
+        base[:700],  # a strict prefix of both
+        base[:700],  # again: all of it cached
+        base[:300],
+        base[:1],  # a single token that cached entries start with
+        " ",
+    ]
+    usage = []
+    for prompt in prompts:
+        got, expected = await collect(batch.complete(raw(prompt))), await collect(cold.complete(raw(prompt)))
+        same(answer_of(got), answer_of(expected))
+        usage.append(got[-1].usage)  # type: ignore[union-attr]
+    # All but the last two tokens (computed again, as a prefill computes them) came from
+    # the cache, whether the entry held one token more or many more than the prompt.
+    assert [u.cached_tokens for u in usage[1:5]] == [u.prompt_tokens - 2 for u in usage[1:5]], usage
+    assert usage[0].cached_tokens == usage[5].cached_tokens == usage[6].cached_tokens == 0, usage
