@@ -182,7 +182,7 @@ class BatchEngine:
         spent = time.perf_counter() - began
         sequence.computed += size
         sequence.prompt_eval_ns += int(spent * 1e9)
-        if self.decoding and self.step_seconds:
+        if self._generating() and self.step_seconds:
             budget = PREFILL_BUDGET * self.step_seconds
             if spent > budget:
                 self.chunk = max(MIN_CHUNK, int(self.chunk * 0.75))
@@ -199,10 +199,15 @@ class BatchEngine:
         return [(sequence, r) for r in chosen]
 
     def _chunk_size(self, pending: int) -> int:
-        size = min(pending, self.chunk if self.decoding else MAX_CHUNK)
+        size = min(pending, self.chunk if self._generating() else MAX_CHUNK)
         if pending - size == 1:  # never leave one token for a pass of its own
             size = pending if size < MAX_CHUNK else size - 1
         return max(size, min(pending, MIN_CHUNK))
+
+    def _generating(self) -> bool:
+        """Whether others decode beside a prefill (paused ones do not: with only stalled
+        readers beside it, a prompt goes at full chunks, not in their steps' share)."""
+        return any(s.runnable for s in self.decoding)
 
     def _join(self, sequence: Sequence) -> None:
         """A prefilled sequence becomes decoding row ``n`` (rows stay packed)."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from backends.onnx.batch import BatchEngine
+from backends.onnx.batch import MAX_CHUNK, BatchEngine
 from backends.onnx.decoder import Decoder
 from backends.onnx.prefix_cache import PrefixCache
 from backends.onnx.prompt_tokens import PromptTokenizer
@@ -37,6 +37,14 @@ class Rig:
             return decode(slab, tokens, lengths)
 
         self.decoder.decode = counted  # type: ignore[method-assign]
+        self.chunks: list[int] = []
+        prefill = self.decoder.prefill
+
+        def chunked(slab: Any, row: int, tokens: np.ndarray, start: int) -> np.ndarray:
+            self.chunks.append(len(tokens))
+            return prefill(slab, row, tokens, start)
+
+        self.decoder.prefill = chunked  # type: ignore[method-assign]
         self.tokenizer = og.Tokenizer(og.Config(str(model_dir)))
         self.prompts = PromptTokenizer(model_dir, None)
 
@@ -88,6 +96,17 @@ def test_a_reader_that_stopped_is_left_out_of_the_passes_and_resumes_exactly(mod
     for _ in range(RUN_AHEAD + 8):
         run(engine, reading, together)
     assert rig.rows[-4:] == [2, 2, 2, 2], rig.rows  # only the two that are read, every pass
+    # Nobody reads: a new prompt is prefilled at full chunks, not in the share of decode
+    # steps it gets beside generations that run.
+    for _ in range(RUN_AHEAD):
+        run(engine, set(), together)
+    rig.chunks.clear()
+    engine.admit(rig.sequence(9, " ".join(QUESTIONS * 12)))
+    while engine.prefilling:
+        run(engine, set(), together)
+    assert rig.chunks[:-1] == [MAX_CHUNK] * (len(rig.chunks) - 1) and len(rig.chunks) > 3, rig.chunks
+    engine.cancel(9)
+    together.pop(9)
     # They read again: every generation ends with the tokens it gets alone.
     while run(engine, {0, 1, 2, 3}, together):
         pass
