@@ -35,6 +35,7 @@ MAX_CHUNK = 64  # prefill tokens a pass: measured fastest here (1,500 tokens: 64
 MIN_CHUNK = 2  # a one-token pass computes KV differently (the decode path)
 PREFILL_BUDGET = 1.5  # a chunk among decoding streams takes about this many decode steps
 EMA = 0.2
+PARK_AFTER = 8  # passes a generation waits for its consumer before its row leaves the batch
 
 
 class BatchEngine:
@@ -140,6 +141,10 @@ class BatchEngine:
         reports: list[tuple[Sequence, Report]] = []
         finished = []
         for sequence, row in zip(list(batch), logits, strict=True):
+            if not sequence.runnable:
+                # Paused a moment ago, not parked yet: this pass wrote the KV of its next
+                # token at the same position, with the same values, a later pass writes again.
+                continue
             sequence.computed += 1
             sequence.eval_ns += int(spent * 1e9)
             chosen = _choose(sequence, row)
@@ -151,25 +156,33 @@ class BatchEngine:
         return reports
 
     def _runnable_first(self) -> int:
-        """Put the generations whose consumers keep up in rows ``0..r-1`` and return r:
-        a pass computes only those rows, so a client that stopped reading costs the
-        others nothing (its row waits past theirs, untouched, until it is credited;
-        before, every pass computed it too, and six stalled readers cut another
-        stream to a third of its speed). Rows are swapped only when a paused one sits
-        before a runnable one."""
+        """Put the generations that take part in the pass in rows ``0..r-1`` and return
+        r: those whose consumers keep up, and those paused for fewer than
+        ``PARK_AFTER`` passes. A generation whose client stopped reading waits past
+        them, untouched, until it is credited, so it costs the others nothing (before,
+        every pass computed it too: six stalled readers cut another stream to a third
+        of its speed); one paused only between a slow reader's credits stays in place,
+        as moving a row copies its KV. Rows are swapped only when a parked one sits
+        before one that takes part."""
         rows = self.decoding
+        for sequence in rows:
+            sequence.paused_passes = 0 if sequence.runnable else sequence.paused_passes + 1
+
+        def takes_part(sequence: Sequence) -> bool:
+            return sequence.paused_passes < PARK_AFTER
+
         front, back = 0, len(rows) - 1
         while True:
-            while front < back and rows[front].runnable:
+            while front < back and takes_part(rows[front]):
                 front += 1
-            while front < back and not rows[back].runnable:
+            while front < back and not takes_part(rows[back]):
                 back -= 1
             if front >= back:
-                return front + (front < len(rows) and rows[front].runnable)
-            paused, runnable = rows[front], rows[back]
-            self.slab.swap(paused.row, runnable.row, max(paused.computed, runnable.computed))
-            paused.row, runnable.row = runnable.row, paused.row
-            rows[front], rows[back] = runnable, paused
+                return front + (front < len(rows) and takes_part(rows[front]))
+            parked, going = rows[front], rows[back]
+            self.slab.swap(parked.row, going.row, max(parked.computed, going.computed))
+            parked.row, going.row = going.row, parked.row
+            rows[front], rows[back] = going, parked
 
     def _prefill(self, sequence: Sequence) -> list[tuple[Sequence, Report]]:
         if sequence.computed == sequence.reused:

@@ -57,6 +57,7 @@ class Sequence:
         self.prompt_eval_ns = 0
         self.eval_ns = 0
         self.consumed = 0  # tokens the consumer has taken (Credit)
+        self.paused_passes = 0  # decode passes in a row it waited for its consumer
 
     @property
     def request_id(self) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from backends.onnx.batch import MAX_CHUNK, BatchEngine
+from backends.onnx.batch import MAX_CHUNK, PARK_AFTER, BatchEngine
 from backends.onnx.decoder import Decoder
 from backends.onnx.prefix_cache import PrefixCache
 from backends.onnx.prompt_tokens import PromptTokenizer
@@ -93,7 +93,7 @@ def test_a_reader_that_stopped_is_left_out_of_the_passes_and_resumes_exactly(mod
     # Readers 0 and 2 stop reading: their generations run RUN_AHEAD tokens ahead, then wait.
     reading = {1, 3}
     rig.rows.clear()
-    for _ in range(RUN_AHEAD + 8):
+    for _ in range(RUN_AHEAD + PARK_AFTER + 4):
         run(engine, reading, together)
     assert rig.rows[-4:] == [2, 2, 2, 2], rig.rows  # only the two that are read, every pass
     # Nobody reads: a new prompt is prefilled at full chunks, not in the share of decode
