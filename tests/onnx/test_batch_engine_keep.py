@@ -1,0 +1,85 @@
+"""The batch engine caches a prompt's KV after the step that sends its first token, not
+before it (the copy of a long prompt cost its time to first token), and never loses it:
+every change to the rows keeps the pending copies first. On the real model, in process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backends.onnx.batch import BatchEngine
+from backends.onnx.decoder import Decoder
+from backends.onnx.prefix_cache import PrefixCache
+from backends.onnx.protocol import Done, Start, Tokens
+from backends.onnx.sampler import Sampler
+from backends.onnx.sequence import Sequence
+
+PROMPT = np.arange(1000, 1090, dtype=np.int32)  # 90 ordinary tokens: a prefill of two chunks
+
+
+@pytest.fixture(scope="module")
+def parts(model_dir: Path) -> Iterator[tuple[Decoder, object]]:
+    import onnxruntime_genai as og
+
+    decoder = Decoder(model_dir)
+    yield decoder, og.Tokenizer(og.Model(str(model_dir)))
+
+
+def sequence(parts: tuple[Decoder, object], request_id: int, prompt: np.ndarray, new_tokens: int) -> Sequence:
+    decoder, tokenizer = parts
+    start = Start(request_id=request_id, prompt=[], context_length=512, max_new_tokens=new_tokens)
+    return Sequence(
+        start, prompt, len(prompt) + new_tokens,
+        sampler=Sampler(start.search, decoder.layout.search_defaults, decoder.vocab_size, prompt),
+        processor=None, guide=None, tokenizer=tokenizer, eos_ids=frozenset(), token_bytes=None,
+    )  # fmt: skip
+
+
+def first_token_step(engine: BatchEngine, request_id: int) -> None:
+    for _ in range(10):
+        if any(isinstance(r, Tokens) and r.request_id == request_id for _, r in engine.step()):
+            return
+    raise AssertionError("no first token in 10 steps")
+
+
+def test_a_prompt_is_cached_after_its_first_token_has_gone_out(parts: tuple[Decoder, object]) -> None:
+    engine = BatchEngine(parts[0], PrefixCache(64 << 20, 8), 512)
+    engine.admit(sequence(parts, 1, PROMPT, 8))
+    first_token_step(engine, 1)
+    assert len(engine.cache) == 0 and engine.runnable  # the copy is pending, not skipped
+    engine.step()
+    assert engine.cache.covers(PROMPT)
+
+
+def test_a_prompt_arriving_before_the_copy_still_reuses_it(parts: tuple[Decoder, object]) -> None:
+    engine = BatchEngine(parts[0], PrefixCache(64 << 20, 8), 512)
+    engine.admit(sequence(parts, 1, PROMPT, 8))
+    first_token_step(engine, 1)
+    longer = sequence(parts, 2, np.concatenate([PROMPT, np.arange(2000, 2010, dtype=np.int32)]), 4)
+    engine.admit(longer)  # no step in between
+    assert longer.reused == len(PROMPT)
+
+
+@pytest.mark.parametrize("how", ["finished on its first token", "cancelled after its first token"])
+def test_the_pending_copy_survives_the_row_going_away(parts: tuple[Decoder, object], how: str) -> None:
+    engine = BatchEngine(parts[0], PrefixCache(64 << 20, 8), 512)
+    if how == "finished on its first token":
+        engine.admit(sequence(parts, 1, PROMPT, 1))
+        reports = [r for _ in range(3) for _, r in engine.step()]
+        assert any(isinstance(r, Done) for r in reports)
+    else:
+        engine.admit(sequence(parts, 1, PROMPT, 8))
+        first_token_step(engine, 1)
+        assert engine.cancel(1) is not None
+    assert not engine.active  # the slab is released: the copy was taken before
+    assert engine.cache.covers(PROMPT)
+    entry, shared = engine.cache.longest(PROMPT)
+    assert entry is not None and shared == len(PROMPT)
+    # The cached KV is the prompt's: a cold prefill in a fresh engine gives the same.
+    cold = BatchEngine(parts[0], PrefixCache(0, 0), 512)
+    cold.admit(sequence(parts, 2, PROMPT, 8))
+    first_token_step(cold, 2)
+    assert np.array_equal(cold.slab.read(0, len(PROMPT)), entry.kv)
