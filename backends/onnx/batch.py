@@ -14,6 +14,15 @@ A new prompt first takes the KV of the longest prefix it shares with a recent on
 stay exactly what a cold start gives, every prompt position is computed by a pass of
 two tokens or more, as a cold prefill computes it: the reused prefix stops at least
 two tokens before the end of the prompt, and no chunk leaves a single token behind.
+A reply's own tokens have KV from one-token passes, so the next turn of a chat, which
+sends them back, would compute them again. When a reply ends and nothing else is
+running, they are computed once more as a prompt continuing the cached one (a
+"warm-up", on a row of its own, never reported), so the next turn finds the reply in
+the cache too: after a pause of a fraction of a second it computes only its new
+message. A next turn that arrives sooner waits at most for the rest of the warm-up
+and then continues from it, losing nothing; any other request goes first when its
+prompt is shorter, as among prompts.
+
 A finished prompt's KV is copied into the cache at the start of the next step, after
 its first token has gone out: the copy of a 1,500-token prompt (70 MB here) took tens
 of milliseconds of its time to first token. Until then the rows are left as they are
@@ -37,6 +46,7 @@ log = logging.getLogger("dragoman.onnx.worker")
 
 MAX_CHUNK = 64  # prefill tokens a pass: measured fastest here (1,500 tokens: 64 → 570 tok/s, all at once → 220)
 MIN_CHUNK = 2  # a one-token pass computes KV differently (the decode path)
+WARM_MAX = 1024  # reply tokens a warm-up computes at most (about a second here)
 PREFILL_BUDGET = 1.5  # a chunk among decoding streams takes about this many decode steps
 EMA = 0.2
 PARK_AFTER = 8  # passes a generation waits for its consumer before its row leaves the batch
@@ -96,8 +106,8 @@ class BatchEngine:
         return None
 
     def reset(self) -> list[Sequence]:
-        """Drop every sequence (after a failed pass); returns them."""
-        dropped = self.sequences()
+        """Drop every sequence (after a failed pass); returns the requests' ones."""
+        dropped = [s for s in self.sequences() if not s.warm]
         self.decoding, self.prefilling, self.to_keep = [], [], []  # a failed pass: the rows may be damaged
         self.slab.release()
         return dropped
@@ -149,7 +159,8 @@ class BatchEngine:
         spent = time.perf_counter() - began
         self.step_seconds = spent if self.step_seconds is None else (1 - EMA) * self.step_seconds + EMA * spent
         reports: list[tuple[Sequence, Report]] = []
-        finished = []
+        finished: list[Sequence] = []
+        replied: list[Sequence] = []
         for sequence, row in zip(list(batch), logits, strict=True):
             if not sequence.runnable:
                 # Paused a moment ago, not parked yet: this pass wrote the KV of its next
@@ -161,8 +172,12 @@ class BatchEngine:
             reports += [(sequence, r) for r in chosen]
             if chosen and isinstance(chosen[-1], (Done, Failed)):
                 finished.append(sequence)
+                if isinstance(chosen[-1], Done):
+                    replied.append(sequence)
         for sequence in finished:
             self._retire(sequence)
+        for sequence in replied:
+            self._warm_up(sequence)
         return reports
 
     def _runnable_first(self) -> int:
@@ -214,11 +229,17 @@ class BatchEngine:
         if sequence.pending:
             return []
         self.prefilling.remove(sequence)
+        if sequence.warm:
+            self._keep(sequence, sequence.prompt_length)
+            self._idle()
+            return []
         self._join(sequence)
         self.to_keep.append(sequence)
         chosen = _choose(sequence, logits)
         if chosen and isinstance(chosen[-1], (Done, Failed)):
             self._retire(sequence)
+            if isinstance(chosen[-1], Done):
+                self._warm_up(sequence)
         return [(sequence, r) for r in chosen]
 
     def _chunk_size(self, pending: int) -> int:
@@ -256,7 +277,22 @@ class BatchEngine:
         self.slab.ensure(self.slab.rows, usable + 1)
         self.slab.write(sequence.row, entry.kv, usable)
         sequence.computed = sequence.reused = usable
-        self.cache.reused_tokens += usable
+        if not sequence.warm:
+            self.cache.reused_tokens += usable
+
+    def _warm_up(self, replied: Sequence) -> None:
+        """Compute ``replied``'s reply as a prompt continuing its cached one, when
+        nothing else runs (it would take a share of their steps) and the reply is worth
+        it and not too long."""
+        reply = replied.length - replied.prompt_length
+        if self.active or not MIN_CHUNK <= reply <= WARM_MAX or replied.length >= self.slab.max_positions:
+            return
+        self._keep_finished()
+        warm = replied.continuation()
+        self.admit(warm)
+        if warm.reused < replied.prompt_length:  # its prompt is not cached (too big, or the cache is off)
+            self.prefilling.remove(warm)
+            self._idle()
 
     def _keep_finished(self) -> None:
         """Cache the prompts prefilled in the last step (their rows are still intact: a

@@ -94,17 +94,21 @@ def read_layout(model_dir: Path) -> Layout:
 class Decoder:
     """One onnxruntime session of the decoder, and the two passes the worker needs."""
 
-    def __init__(self, model_dir: Path, *, threads: int | None = None) -> None:
+    def __init__(self, model_dir: Path, *, threads: int | None = None, spin: bool = False) -> None:
         import onnxruntime as ort
 
         self.layout = read_layout(model_dir)
         options = ort.SessionOptions()
-        # The pool's threads spin between the ops of a pass (waking a sleeping thread for
-        # each of a step's hundreds of small ops made a step 1.4x slower) and stop when
-        # the pass returns, so between steps they leave the cores to the gateway process
-        # that forwards each token. Every core unless told otherwise.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-        options.add_session_config_entry("session.force_spinning_stop", "1")
+        # Spinning off by default: sleeping threads are woken for each of a pass's
+        # hundreds of small ops, which made one decode step at batch 1 1.4x slower on idle
+        # cores, but spinning threads fight whatever else runs on the cores (with another
+        # process busy on both of 2 cores, a 1,024-token prefill took 1.8x as long and a
+        # decode step 1.5x). With ``spin``, they spin within a pass and stop when it
+        # returns, leaving the cores between steps to the gateway process that forwards
+        # each token. Every core unless told otherwise.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        if spin:
+            options.add_session_config_entry("session.force_spinning_stop", "1")
         if threads:
             options.intra_op_num_threads = threads
         options.log_severity_level = 3

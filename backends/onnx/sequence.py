@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from backends.onnx.generation import GuideFailed
@@ -58,6 +59,19 @@ class Sequence:
         self.eval_ns = 0
         self.consumed = 0  # tokens the consumer has taken (Credit)
         self.paused_passes = 0  # decode passes in a row it waited for its consumer
+        self.warm = False  # a warm-up: a finished reply computed as a prompt, never reported
+
+    def continuation(self) -> Sequence:
+        """This sequence's prompt and reply as the prompt of a warm-up (see
+        :mod:`backends.onnx.batch`); its id is negative, so no request's reports or
+        commands ever reach it."""
+        start = msgspec.structs.replace(self.start, request_id=-abs(self.request_id), stop=[])
+        warm = Sequence(
+            start, self.ids[: self.length], self.length + 1, sampler=self.sampler, processor=None, guide=None,
+            tokenizer=self.tokenizer, eos_ids=self.eos_ids, token_bytes=None,
+        )  # fmt: skip
+        warm.warm = True
+        return warm
 
     @property
     def request_id(self) -> int:

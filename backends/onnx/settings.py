@@ -28,6 +28,9 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     provider: ProviderChoice = "auto"
     provider_options: dict[str, str] = {}
     threads: PositiveInt | None = None
+    # The batch engine's intra-op threads spin between the ops of a pass (and stop when
+    # it returns): faster on idle cores, much slower on cores other work is using.
+    spin: bool = False
     template: str | None = None  # a Jinja chat template overriding the model's
     tool_parser: ToolParser = "hermes"
     reasoning_parser: ReasoningParser = "think"

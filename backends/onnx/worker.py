@@ -295,7 +295,7 @@ def _load(config: WorkerConfig) -> tuple[Any, BatchEngine | None, str]:
                 raise
     if config.engine != "generator":
         try:
-            decoder = Decoder(path, threads=config.threads)
+            decoder = Decoder(path, threads=config.threads, spin=config.spin)
             self_check(decoder)
             cache = PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
             return None, BatchEngine(decoder, cache, decoder.layout.context_length), "cpu"

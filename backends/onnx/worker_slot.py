@@ -59,6 +59,7 @@ class WorkerSlot:
                 providers=list(self.files.candidates()),
                 provider_options=dict(self.settings.provider_options),
                 threads=self.settings.threads,
+                spin=self.settings.spin,
                 grammar_timeout=self.settings.grammar_timeout,
                 grammar_memory=self.settings.grammar_memory,
                 engine=self.settings.engine,

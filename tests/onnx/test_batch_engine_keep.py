@@ -83,3 +83,50 @@ def test_the_pending_copy_survives_the_row_going_away(parts: tuple[Decoder, obje
     cold.admit(sequence(parts, 2, PROMPT, 8))
     first_token_step(cold, 2)
     assert np.array_equal(cold.slab.read(0, len(PROMPT)), entry.kv)
+
+
+def run_until_idle(engine: BatchEngine) -> list[object]:
+    reports = []
+    for _ in range(50):
+        if not engine.runnable:
+            return reports
+        reports += [r for _, r in engine.step()]
+    raise AssertionError("the engine did not go idle in 50 steps")
+
+
+def test_a_finished_reply_is_warmed_up_into_the_cache_exactly(parts: tuple[Decoder, object]) -> None:
+    engine = BatchEngine(parts[0], PrefixCache(64 << 20, 8), 512)
+    replied = sequence(parts, 1, PROMPT, 12)
+    engine.admit(replied)
+    reports = run_until_idle(engine)
+    assert sum(len(r.token_ids) for r in reports if isinstance(r, Tokens)) == 12
+    assert all(getattr(r, "request_id", 1) == 1 for r in reports)  # the warm-up reports nothing
+    assert not engine.active  # and then the slab is released
+    conversation = replied.ids[: replied.length]
+    entry, shared = engine.cache.longest(conversation)
+    assert entry is not None and shared == len(conversation) and len(engine.cache) == 1  # the prompt's entry is covered
+    # Its KV is a prefill's, as a cold start of the next turn would compute it.
+    cold = BatchEngine(parts[0], PrefixCache(0, 0), 512)
+    cold.admit(sequence(parts, 2, np.concatenate([conversation, [3000, 3001]]).astype(np.int32), 2))
+    first_token_step(cold, 2)
+    assert np.array_equal(cold.slab.read(0, len(conversation)), entry.kv)
+    # The next turn continues from the whole reply.
+    turn = sequence(parts, 3, np.concatenate([conversation, np.arange(2000, 2020)]).astype(np.int32), 2)
+    engine.admit(turn)
+    assert turn.reused == len(conversation)
+
+
+def test_no_warm_up_while_others_run_or_without_a_cache(parts: tuple[Decoder, object]) -> None:
+    uncached = BatchEngine(parts[0], PrefixCache(0, 0), 512)
+    uncached.admit(sequence(parts, 1, PROMPT, 4))
+    run_until_idle(uncached)
+    assert not uncached.active and len(uncached.cache) == 0
+    engine = BatchEngine(parts[0], PrefixCache(64 << 20, 8), 512)
+    engine.admit(sequence(parts, 1, PROMPT, 4))
+    engine.admit(sequence(parts, 2, np.arange(3000, 3060, dtype=np.int32), 40))
+    for _ in range(100):  # until the short reply is done, while the long one still generates
+        engine.step()
+        if engine.find(1) is None:
+            break
+    assert engine.find(1) is None and engine.find(2) is not None
+    assert not any(s.warm for s in engine.sequences())
