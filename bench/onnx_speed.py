@@ -177,20 +177,28 @@ async def chat_turns(bench: Bench, out: dict[str, Any]) -> None:
     args = bench.args
     variants = bench.variants(raw=False)
     warm: dict[str, list[float]] = {v: [] for v in variants}
+    paused: dict[str, list[float]] = {v: [] for v in variants}
     cold: dict[str, list[float]] = {v: [] for v in variants}
     lengths = []
     for rep in range(args.rounds):
+        # Two conversations a round: turn 6 sent the moment turn 5's answer ends (a
+        # script), and after a pause (a person reading the answer).
         turns = six_turn_chat(bench, args.reply_tokens, conversation=rep)
+        later = six_turn_chat(bench, args.reply_tokens, conversation=1000 + rep)
         last = turns[-1]
         lengths.append(len(bench.raw.prompt_ids(last)))
         for variant in rotated(variants, rep):
             await bench.generate(variant, turns[4], args.reply_tokens)  # turn 5, as the client just sent it
             warm[variant].append((await bench.generate(variant, last, args.next_tokens)).ttft_ms)
+            await bench.generate(variant, later[4], args.reply_tokens)
+            await asyncio.sleep(args.pause)
+            paused[variant].append((await bench.generate(variant, later[5], args.next_tokens)).ttft_ms)
             cold_prompt = prompts.with_nonce(last, secrets.token_hex(4))
             cold[variant].append((await bench.generate(variant, cold_prompt, args.next_tokens, reuse=False)).ttft_ms)
-        print(f"  round {rep + 1}: " + ", ".join(f"{v} {warm[v][-1]:.0f}/{cold[v][-1]:.0f}" for v in variants)
-              + " ms (next turn / cold)", flush=True)  # fmt: skip
-    out["chat"] = {"next_turn_ms": warm, "cold_ms": cold}
+        print(f"  round {rep + 1}: " + ", ".join(f"{v} {warm[v][-1]:.0f}/{paused[v][-1]:.0f}/{cold[v][-1]:.0f}"
+                                                 for v in variants)
+              + f" ms (next turn at once / {args.pause:g} s later / cold)", flush=True)  # fmt: skip
+    out["chat"] = {"next_turn_ms": warm, "paused_next_turn_ms": paused, "cold_ms": cold, "pause_s": args.pause}
     out["chat_prompt_tokens"] = int(statistics.median(lengths))
 
 
@@ -326,6 +334,7 @@ def main() -> int:
     parser.add_argument("--next-tokens", type=int, default=28, help="new tokens of the measured turn")
     parser.add_argument("--system-tokens", type=int, default=1500, help="tokens of the long prompts")
     parser.add_argument("--quiet-seconds", type=float, default=2.0)
+    parser.add_argument("--pause", type=float, default=2.0, help="seconds between an answer and the paused next turn")
     parser.add_argument("--only", nargs="*", help="run only the sections whose title has one of these words")
     parser.add_argument("--config", type=Path, help="dragoman config for this checkout (default: built-in)")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md, the plot and the JSON")

@@ -86,6 +86,14 @@ def rows(out: dict[str, Any]) -> list[tuple[str, ...]]:
                                                  f" (cold {med(cold[llama]):,.0f})" if llama else ""),
              f"{_verdict(ratio, 0.25, at_most=True)} cold"
              + (f", {_verdict(vs_llama, 1.0, at_most=True)} llama.cpp" if llama else ""))  # fmt: skip
+        if paused := out["chat"].get("paused_next_turn_ms"):
+            ratio = med(paired(paused[OURS], cold[OURS], "/"))
+            vs_llama = med(paired(paused[OURS], warm[llama], "/")) if llama else None
+            line(f"the same, sent {out['chat']['pause_s']:g} s after the answer (first token, ms)",
+                 {n: _fmt(med(paused[n])) for n in names},
+                 f"cold {med(cold[OURS]):,.0f}" + (f"; {llama} at once {med(warm[llama]):,.0f}" if llama else ""),
+                 f"{_verdict(ratio, 0.25, at_most=True)} cold"
+                 + (f", {_verdict(vs_llama, 1.0, at_most=True)} llama.cpp" if llama else ""))  # fmt: skip
     if "shared_system" in out:
         warm, cold = out["shared_system"]["shared_ms"], out["shared_system"]["cold_ms"]
         ratio = med(paired(warm[OURS], cold[OURS], "/"))
