@@ -20,8 +20,8 @@ running, they are computed once more as a prompt continuing the cached one (a
 "warm-up", on a row of its own, never reported), so the next turn finds the reply in
 the cache too: after a pause of a fraction of a second it computes only its new
 message. A next turn that arrives sooner waits at most for the rest of the warm-up
-and then continues from it, losing nothing; any other request goes first when its
-prompt is shorter, as among prompts.
+and then continues from it, losing nothing; any other request stops the warm-up (what
+it computed is kept), so no one waits for another conversation's.
 
 A finished prompt's KV is copied into the cache at the start of the next step, after
 its first token has gone out: the copy of a 1,500-token prompt (70 MB here) took tens
@@ -38,7 +38,7 @@ import numpy as np
 
 from backends.onnx.decoder import Decoder
 from backends.onnx.generation import GuideFailed
-from backends.onnx.prefix_cache import PrefixCache
+from backends.onnx.prefix_cache import PrefixCache, shared_prefix
 from backends.onnx.protocol import Done, Failed, Report
 from backends.onnx.sequence import Sequence
 
@@ -84,6 +84,9 @@ class BatchEngine:
     def admit(self, sequence: Sequence) -> None:
         """Give ``sequence`` a row and the KV of the longest prefix seen before."""
         self._keep_finished()  # the prompt just prefilled may be this one's prefix
+        for warm in [s for s in self.prefilling if s.warm]:
+            if shared_prefix(warm.prompt, sequence.prompt) <= warm.computed:
+                self._abandon(warm)  # another conversation: it must not wait for this one's warm-up
         rows = {s.row for s in self.prefilling}
         sequence.row = next(r for r in range(len(self.decoding), len(self.decoding) + len(rows) + 1) if r not in rows)
         self.slab.ensure(sequence.row + 1, min(self.slab.max_positions, sequence.prompt_length + 1))
@@ -94,10 +97,7 @@ class BatchEngine:
         self._keep_finished()
         for sequence in self.prefilling:
             if sequence.request_id == request_id:
-                self.prefilling.remove(sequence)
-                if sequence.computed > sequence.reused:  # what was computed serves a retry
-                    self._keep(sequence, sequence.computed)
-                self._idle()
+                self._abandon(sequence)
                 return sequence
         for sequence in self.decoding:
             if sequence.request_id == request_id:
@@ -111,6 +111,13 @@ class BatchEngine:
         self.decoding, self.prefilling, self.to_keep = [], [], []  # a failed pass: the rows may be damaged
         self.slab.release()
         return dropped
+
+    def _abandon(self, sequence: Sequence) -> None:
+        """Stop prefilling ``sequence``; what it computed serves a retry."""
+        self.prefilling.remove(sequence)
+        if sequence.computed > sequence.reused:
+            self._keep(sequence, sequence.computed)
+        self._idle()
 
     def _retire(self, sequence: Sequence) -> None:
         """Remove a decoding sequence; the last row moves into its place."""

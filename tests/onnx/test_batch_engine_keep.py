@@ -130,3 +130,26 @@ def test_no_warm_up_while_others_run_or_without_a_cache(parts: tuple[Decoder, ob
             break
     assert engine.find(1) is None and engine.find(2) is not None
     assert not any(s.warm for s in engine.sequences())
+
+
+def test_another_conversation_stops_a_warm_up_and_the_next_turn_continues_it(parts: tuple[Decoder, object]) -> None:
+    engine = BatchEngine(parts[0], PrefixCache(64 << 20, 8), 512)
+    for other in (True, False):
+        replied = sequence(parts, 1, PROMPT + other, 40)
+        engine.admit(replied)
+        while engine.find(1) is not None:
+            engine.step()
+        (warm,) = engine.prefilling  # the reply's warm-up, not run yet
+        assert warm.warm and warm.pending == 40
+        conversation = replied.ids[: replied.length]
+        if other:
+            stranger = sequence(parts, 2, np.arange(3000, 3050, dtype=np.int32), 2)
+            engine.admit(stranger)
+            assert engine.prefilling == [stranger]  # nobody waits for someone else's warm-up
+        else:
+            turn = sequence(parts, 3, np.concatenate([conversation, np.arange(2000, 2020)]).astype(np.int32), 2)
+            engine.admit(turn)
+            assert warm in engine.prefilling
+            run_until_idle(engine)
+            assert turn.reused + 0 >= len(PROMPT) and turn.computed >= len(conversation)
+        run_until_idle(engine)
