@@ -153,7 +153,8 @@ class BatchEngine:
                 elif sequence in self.prefilling:
                     self.prefilling.remove(sequence)
                     self._idle()
-                reports.append((sequence, Failed(sequence.request_id, f"prompt evaluation failed: {type(exc).__name__}: {exc}")))
+                if not sequence.warm:  # a warm-up has no one to tell
+                    reports.append((sequence, Failed(sequence.request_id, f"prompt evaluation failed: {type(exc).__name__}: {exc}")))
         return reports
 
     def _decode(self) -> list[tuple[Sequence, Report]]:

@@ -135,21 +135,26 @@ def test_no_warm_up_while_others_run_or_without_a_cache(parts: tuple[Decoder, ob
 def test_another_conversation_stops_a_warm_up_and_the_next_turn_continues_it(parts: tuple[Decoder, object]) -> None:
     engine = BatchEngine(parts[0], PrefixCache(64 << 20, 8), 512)
     for other in (True, False):
-        replied = sequence(parts, 1, PROMPT + other, 40)
+        replied = sequence(parts, 1, PROMPT + other, 100)
         engine.admit(replied)
-        while engine.find(1) is not None:
+        for _ in range(150):
+            if engine.find(1) is None:
+                break
+            replied.consumed = replied.completion_tokens  # a client that keeps reading
             engine.step()
-        (warm,) = engine.prefilling  # the reply's warm-up, not run yet
-        assert warm.warm and warm.pending == 40
+        # The reply's warm-up began in the step that ended it: one chunk of 64 is done.
+        (warm,) = engine.prefilling
+        assert warm.warm and warm.pending == 100 - 64
         conversation = replied.ids[: replied.length]
         if other:
             stranger = sequence(parts, 2, np.arange(3000, 3050, dtype=np.int32), 2)
             engine.admit(stranger)
             assert engine.prefilling == [stranger]  # nobody waits for someone else's warm-up
+            assert engine.cache.covers(conversation[: len(PROMPT) + 64])  # what it computed is kept
         else:
             turn = sequence(parts, 3, np.concatenate([conversation, np.arange(2000, 2020)]).astype(np.int32), 2)
             engine.admit(turn)
-            assert warm in engine.prefilling
+            assert warm in engine.prefilling  # its own next turn: the warm-up goes on, then serves it
             run_until_idle(engine)
-            assert turn.reused + 0 >= len(PROMPT) and turn.computed >= len(conversation)
+            assert turn.reused == len(conversation)
         run_until_idle(engine)
