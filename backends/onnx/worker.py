@@ -24,7 +24,6 @@ nothing a native library prints can corrupt the protocol.
 from __future__ import annotations
 
 import ctypes
-
 import logging
 import os
 import queue
@@ -379,10 +378,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
-
-
 def _return_freed_memory() -> None:
     """Hand the heap's free memory back to the system when the model goes idle. glibc
     keeps what was freed for reuse: after eight 1,400-token prompts the idle process
@@ -392,3 +387,8 @@ def _return_freed_memory() -> None:
             ctypes.CDLL(None).malloc_trim(0)
         except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
             pass
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
+
