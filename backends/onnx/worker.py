@@ -67,6 +67,7 @@ from backends.onnx.sequence import Sequence
 from backends.onnx.vocab import load_token_bytes
 
 log = logging.getLogger("dragoman.onnx.worker")
+TRIM_AFTER = 1.0  # seconds idle before the heap's free memory is handed back
 
 # A prompt chunk takes about this share of the time the round's decoding steps took
 # (so other streams' gaps grow by about half while a long prompt is evaluated), or
@@ -104,13 +105,21 @@ class Worker:
         self.out.write(encode_frame(report))
 
     def run(self) -> None:
-        busy = False
+        busy, trim_due = False, False
         while True:
             idle = not (self.engine.runnable if self.engine else any(g.runnable for g in self.active.values()))
             if idle and busy and not self.active and not (self.engine and self.engine.active):
-                _return_freed_memory()
+                trim_due = True  # the model just went idle
             busy = not idle
-            for item in self._drain(block=idle):
+            items = self._drain(block=idle, timeout=TRIM_AFTER if idle and trim_due else None)
+            if idle and trim_due and not items:
+                # Idle a while: not between the requests of a burst, which would fault
+                # the returned pages in again.
+                _return_freed_memory()
+                trim_due = False
+                continue
+            trim_due = trim_due and idle and not items
+            for item in items:
                 if isinstance(item, Shutdown):
                     return
                 self._handle(item)
@@ -134,11 +143,15 @@ class Worker:
                 self.pending.discard(item.start.request_id)
                 self._begin(item)
 
-    def _drain(self, *, block: bool) -> list[Any]:
+    def _drain(self, *, block: bool, timeout: float | None = None) -> list[Any]:
+        """The commands waiting; with ``block``, at least one, or none after ``timeout``."""
         items = []
         if block:
             self.out.flush()
-            items.append(self.commands.get())
+            try:
+                items.append(self.commands.get(timeout=timeout))
+            except queue.Empty:
+                return items
         while True:
             try:
                 items.append(self.commands.get_nowait())
@@ -379,7 +392,7 @@ def main(argv: list[str]) -> int:
 
 
 def _return_freed_memory() -> None:
-    """Hand the heap's free memory back to the system when the model goes idle. glibc
+    """Hand the heap's free memory back to the system once the model is idle. glibc
     keeps what was freed for reuse: after eight 1,400-token prompts the idle process
     held 614 MiB, 515 after this (the prefix cache itself holds 251)."""
     if sys.platform.startswith("linux"):
