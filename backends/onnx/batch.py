@@ -295,12 +295,10 @@ class BatchEngine:
         reply = replied.length - replied.prompt_length
         if self.active or not MIN_CHUNK <= reply <= WARM_MAX or replied.length >= self.slab.max_positions:
             return
-        self._keep_finished()
         warm = replied.continuation()
-        self.admit(warm)
+        self.admit(warm)  # (which caches the prompts pending first)
         if warm.reused < replied.prompt_length:  # its prompt is not cached (too big, or the cache is off)
-            self.prefilling.remove(warm)
-            self._idle()
+            self._abandon(warm)
 
     def _keep_finished(self) -> None:
         """Cache the prompts prefilled in the last step (their rows are still intact: a

@@ -105,20 +105,17 @@ class Worker:
         self.out.write(encode_frame(report))
 
     def run(self) -> None:
-        busy, trim_due = False, False
+        busy = False
         while True:
             idle = not (self.engine.runnable if self.engine else any(g.runnable for g in self.active.values()))
-            if idle and busy and not self.active and not (self.engine and self.engine.active):
-                trim_due = True  # the model just went idle
+            went_idle = idle and busy and not self.active and not (self.engine and self.engine.active)
             busy = not idle
-            items = self._drain(block=idle, timeout=TRIM_AFTER if idle and trim_due else None)
-            if idle and trim_due and not items:
+            items = self._drain(block=idle, timeout=TRIM_AFTER if went_idle else None)
+            if went_idle and not items:
                 # Idle a while: not between the requests of a burst, which would fault
                 # the returned pages in again.
                 _return_freed_memory()
-                trim_due = False
                 continue
-            trim_due = trim_due and idle and not items
             for item in items:
                 if isinstance(item, Shutdown):
                     return
