@@ -365,7 +365,8 @@ def main() -> int:
         "args": {k: v for k, v in vars(args).items() if k not in ("before", "config", "out")},
         "before": args.before_name if args.before else None,
     }
-    raw = RawLoop(default_model_path("cpu"), spinning=False)
+    # The library as an outsider runs it: its default session options (threads spin).
+    raw = RawLoop(default_model_path("cpu"), spinning=True)
     servers: dict[str, subprocess.Popen[bytes]] = {}
     ports: dict[str, int] = {}
     peers: dict[str, LlamaCpp] = {}

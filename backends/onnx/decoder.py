@@ -29,12 +29,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from backends.onnx.core_watch import CoreWatch, SpinChoice
 from backends.onnx.kv_slab import KvSlab
 
 log = logging.getLogger("dragoman.onnx.worker")
 
 _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 MAX_BINDINGS = 16
+AUTO_SPIN_MAX_BYTES = 512 * 1024 * 1024  # weights past this get no second, spinning session
 
 
 class Unsupported(Exception):
@@ -92,29 +94,30 @@ def read_layout(model_dir: Path) -> Layout:
 
 
 class Decoder:
-    """One onnxruntime session of the decoder, and the two passes the worker needs."""
+    """The decoder's onnxruntime session (two with ``spin: auto``), and the two passes
+    the worker needs."""
 
-    def __init__(self, model_dir: Path, *, threads: int | None = None, spin: bool = False) -> None:
-        import onnxruntime as ort
-
+    def __init__(
+        self, model_dir: Path, *, threads: int | None = None, spin: SpinChoice = False, watch: CoreWatch | None = None
+    ) -> None:
         self.layout = read_layout(model_dir)
-        options = ort.SessionOptions()
-        # Spinning off by default: sleeping threads are woken for each of a pass's
-        # hundreds of small ops, which made one decode step at batch 1 1.4x slower on idle
-        # cores, but spinning threads fight whatever else runs on the cores (with another
-        # process busy on both of 2 cores, a 1,024-token prefill took 1.8x as long and a
-        # decode step 1.5x). With ``spin``, they spin within a pass and stop when it
-        # returns, leaving the cores between steps to the gateway process that forwards
-        # each token. Every core unless told otherwise.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        if spin:
-            options.add_session_config_entry("session.force_spinning_stop", "1")
-        if threads:
-            options.intra_op_num_threads = threads
-        options.log_severity_level = 3
-        self.session = ort.InferenceSession(
-            str(model_dir / self.layout.filename), options, providers=["CPUExecutionProvider"]
-        )
+        path = model_dir / self.layout.filename
+        # The session passes run on: its threads spin only with ``spin: true``.
+        self.session = _session(path, threads, spin=spin is True)
+        # ``spin: auto``: a second session of the same model whose threads spin, used
+        # for the passes run while the other processes leave the cores alone (see
+        # backends/onnx/core_watch.py). Its copy of the weights costs memory (+130 MiB
+        # for the default model), so a model past AUTO_SPIN_MAX_BYTES goes without it.
+        self._spinning: Any = None
+        self._watch = watch
+        if spin == "auto" and _weights_bytes(model_dir, self.layout.filename) <= AUTO_SPIN_MAX_BYTES:
+            if watch is None:
+                self._watch = watch = CoreWatch()
+                watch.start()
+            if watch.available:
+                self._spinning = _session(path, threads, spin=True)
+        self.passes = {"spinning": 0, "sleeping": 0}  # how the passes ran, for tests and benchmarks
+        self.spin_mode = "always" if spin is True else "while the cores are quiet" if self._spinning is not None else "never"
         inputs = {i.name: i for i in self.session.get_inputs()}
         outputs = {o.name for o in self.session.get_outputs()}
         L = self.layout
@@ -134,7 +137,7 @@ class Decoder:
         vocab = logits.shape[-1]
         self.vocab_size = int(vocab) if isinstance(vocab, int) else 0
         self._ids_dtype = np.int64 if inputs["input_ids"].type == "tensor(int64)" else np.int32
-        self._bindings: dict[tuple[int, int], Any] = {}
+        self._bindings: dict[tuple[bool, int, int], Any] = {}
         self._bindings_for = -1
 
     def new_slab(self, max_positions: int) -> KvSlab:
@@ -152,31 +155,32 @@ class Decoder:
         the last one ``[vocab]``."""
         return self._run(slab, row, tokens.reshape(1, -1), np.array([start + len(tokens)]))[0, -1]
 
-    def _binding(self, slab: KvSlab, first: int, rows: int) -> Any:
+    def _binding(self, slab: KvSlab, first: int, rows: int, spinning: bool) -> Any:
         """An IO binding with the cache rows bound in place. Binding the 2 × layers
         buffers costs ~1.5 ms (a tenth of a token step here), so bindings are kept while
         the slab's memory stays where it is."""
         if self._bindings_for != slab.generation:
             self._bindings.clear()
             self._bindings_for = slab.generation
-        binding = self._bindings.get((first, rows))
+        binding = self._bindings.get((spinning, first, rows))
         if binding is None:
             if len(self._bindings) >= MAX_BINDINGS:
                 self._bindings.pop(next(iter(self._bindings)))
-            binding = self.session.io_binding()
+            binding = (self._spinning if spinning else self.session).io_binding()
             shape = (rows, self.layout.kv_heads, slab.capacity, self.layout.head_size)
             for view, past, present in zip(slab.layer_views(first, rows), self.past, self.present, strict=True):
                 pointer = view.ctypes.data
                 binding.bind_input(past, "cpu", 0, self.kv_dtype, shape, pointer)
                 binding.bind_output(present, "cpu", 0, self.kv_dtype, shape, pointer)
-            self._bindings[(first, rows)] = binding
+            self._bindings[(spinning, first, rows)] = binding
         return binding
 
     def _run(self, slab: KvSlab, first: int, ids: np.ndarray, totals: np.ndarray) -> np.ndarray:
         rows, steps = ids.shape
         width = int(totals.max())
         assert width <= slab.capacity
-        binding = self._binding(slab, first, rows)
+        spinning = self._spinning is not None and self._watch is not None and self._watch.quiet()
+        binding = self._binding(slab, first, rows, spinning)
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, dtype=self._ids_dtype))
         binding.bind_cpu_input("attention_mask", (np.arange(width)[None, :] < totals[:, None]).astype(np.int64))
         logits = np.empty((rows, steps, self.vocab_size or 1), dtype=np.float32)
@@ -184,10 +188,33 @@ class Decoder:
             binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
         else:
             binding.bind_output("logits", "cpu")
-        self.session.run_with_iobinding(binding)
+        (self._spinning if spinning else self.session).run_with_iobinding(binding)
+        self.passes["spinning" if spinning else "sleeping"] += 1
         if not self.vocab_size:
             logits = binding.get_outputs()[-1].numpy()
         return logits
+
+
+def _session(path: Path, threads: int | None, *, spin: bool) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # Sleeping threads are woken for each of a pass's hundreds of small ops; spinning
+    # ones take the cores from whatever else runs (see backends/onnx/core_watch.py).
+    # A spinning session stops spinning when a pass returns, leaving the cores between
+    # steps to the gateway process that forwards each token. Every core unless told.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    if spin:
+        options.add_session_config_entry("session.force_spinning_stop", "1")
+    if threads:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _weights_bytes(model_dir: Path, filename: str) -> int:
+    """The decoder's file and its external data (``model.onnx.data``)."""
+    return sum(p.stat().st_size for p in model_dir.glob(f"{filename}*") if p.is_file())
 
 
 def self_check(decoder: Decoder) -> None:

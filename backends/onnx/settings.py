@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from backends.text.output_parsers import ReasoningParser, ToolParser
+from backends.onnx.core_watch import SpinChoice
 from backends.onnx.embedding_files import PoolingChoice
 from backends.onnx.providers import ProviderChoice
 
@@ -30,7 +31,9 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     threads: PositiveInt | None = None
     # The batch engine's intra-op threads spin between the ops of a pass (and stop when
     # it returns): faster on idle cores, much slower on cores other work is using.
-    spin: bool = False
+    # "auto": spin while other processes leave the cores alone (Linux, models up to
+    # 512 MiB of weights; a second session of the model, see backends/onnx/core_watch.py).
+    spin: SpinChoice = "auto"
     template: str | None = None  # a Jinja chat template overriding the model's
     tool_parser: ToolParser = "hermes"
     reasoning_parser: ReasoningParser = "think"

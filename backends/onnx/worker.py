@@ -312,6 +312,7 @@ def _load(config: WorkerConfig) -> tuple[Any, BatchEngine | None, str]:
         try:
             decoder = Decoder(path, threads=config.threads, spin=config.spin)
             self_check(decoder)
+            log.info("the batch engine's threads spin between ops: %s", decoder.spin_mode)
             cache = PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
             return None, BatchEngine(decoder, cache, decoder.layout.context_length), "cpu"
         except Unsupported as exc:
