@@ -105,22 +105,27 @@ class Worker:
         self.out.write(encode_frame(report))
 
     def run(self) -> None:
-        busy = False
+        worked = False  # computed since the heap's free memory was last handed back
+        trim_at: float | None = None
         while True:
             idle = not (self.engine.runnable if self.engine else any(g.runnable for g in self.active.values()))
-            went_idle = idle and busy and not self.active and not (self.engine and self.engine.active)
-            busy = not idle
-            items = self._drain(block=idle, timeout=TRIM_AFTER if went_idle else None)
-            if went_idle and not items:
-                # Idle a while: not between the requests of a burst, which would fault
-                # the returned pages in again.
+            if idle and worked and trim_at is None and not self.active and not (self.engine and self.engine.active):
+                # Handed back once idle a while, not between the requests of a burst
+                # (which would fault the pages in again); a command that computes
+                # nothing (a late credit, a ping) does not put it off.
+                trim_at = time.monotonic() + TRIM_AFTER
+            timeout = None if trim_at is None else max(0.0, trim_at - time.monotonic())
+            items = self._drain(block=idle, timeout=timeout)
+            if trim_at is not None and not items:
                 _return_freed_memory()
+                worked, trim_at = False, None
                 continue
             for item in items:
                 if isinstance(item, Shutdown):
                     return
                 self._handle(item)
-            self._round()
+            if self._round():  # (a short request can start and end within one round)
+                worked, trim_at = True, None
             self.out.flush()
 
     def _handle(self, item: Command | Prepared | NotPrepared) -> None:
@@ -203,23 +208,24 @@ class Worker:
             return
         engine.admit(sequence)
 
-    def _round_batch(self, engine: BatchEngine) -> None:
+    def _round_batch(self, engine: BatchEngine) -> bool:
         if not engine.runnable:
-            return
+            return False
         try:
             reports = engine.step()
         except Exception as exc:  # a forward pass failed: every sequence in it is lost
             log.exception("a batch step failed")
             for sequence in engine.reset():
                 self.send(Failed(sequence.request_id, f"generation failed: {type(exc).__name__}: {exc}"))
-            return
+            return True
         for _, report in reports:
             self.send(report)
+        return True
 
-    def _round(self) -> None:
+    def _round(self) -> bool:
+        """One round; whether it computed anything."""
         if self.engine is not None:
-            self._round_batch(self.engine)
-            return
+            return self._round_batch(self.engine)
         began = time.perf_counter()
         stepping = [g for g in self.active.values() if g.prefilled and g.runnable]
         for generation in stepping:
@@ -233,6 +239,7 @@ class Worker:
             # which made every lone prompt go one token a pass.)
             target = PREFILL_SHARE * decoding if stepping else LONE_CHUNK_S
             self._prefill(waiting, max(1, int(target / self._seconds_per_prompt_token)))
+        return bool(stepping) or waiting is not None
 
     def _prefill(self, generation: Generation, tokens: int) -> None:
         began = time.perf_counter()
