@@ -75,7 +75,8 @@ class WorkerClient:
 
     @property
     def alive(self) -> bool:
-        return self._process is not None and self._process.returncode is None and not self._closing
+        process = self._process
+        return process is not None and process.returncode is None and not self._closing and not _exited(process.pid)
 
     @property
     def pid(self) -> int | None:
@@ -248,3 +249,24 @@ class WorkerClient:
                 with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                     await asyncio.wait_for(asyncio.shield(task), 2.0)
                 task.cancel()
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child ``pid`` has ended or is ending, asked of the kernel without
+    reaping it. The event loop reaps it and sets ``returncode`` moments later; a request
+    arriving in between (measured from outside: up to ~10 ms after a kill, while the
+    process's threads were still being torn down) was sent to the dead worker and failed
+    with a 502 instead of starting a new one. ``WNOWAIT`` leaves the exit status for the
+    loop's own wait; a process whose main thread is a zombie while its other threads end
+    is not waitable yet, and only Linux's /proc shows it (elsewhere: the loop's word)."""
+    if hasattr(os, "waitid"):
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped already (its returncode is on its way)
+            return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
