@@ -42,6 +42,7 @@ from config import Config
 
 RESTART_WINDOW = 30.0  # seconds: this many restarts inside it is a crash loop
 MAX_RESTARTS = 5
+ORPHAN_CHECK = 0.5  # seconds between a worker's checks that its supervisor still runs
 
 
 def local_model_entries(config: Config) -> list[str]:
@@ -89,14 +90,14 @@ def startup_note(config: Config, count: int) -> str | None:
     )
 
 
-def serve_processes(config: Config, config_path: Path | None, host: str, port: int, count: int) -> int:
-    """Run ``count`` worker processes on one port until SIGTERM/SIGINT."""
-    sockets = bind_sockets(host, port, count)
+def serve_processes(config: Config, config_path: Path | None, sockets: list[socket.socket]) -> int:
+    """Run a worker process on each of ``sockets`` (:func:`bind_sockets`) until SIGTERM/SIGINT."""
+    count = len(sockets)
     context = multiprocessing.get_context("spawn")
     stop = threading.Event()
 
     def start(index: int) -> Any:
-        args = (sockets[index], str(config_path) if config_path else None, index)
+        args = (sockets[index], str(config_path) if config_path else None, index, os.getpid())
         process = context.Process(target=_worker_main, args=args, name=f"dragoman-worker-{index}")
         process.start()
         return process
@@ -187,11 +188,12 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _worker_main(sock: socket.socket, config_path: str | None, index: int) -> None:
+def _worker_main(sock: socket.socket, config_path: str | None, index: int, supervisor: int) -> None:
     """One worker: the whole app on its socket. Ctrl-C in a terminal reaches
     every process of the group; only the supervisor acts on it (it sends SIGTERM), so a
     worker does not take the second signal as "stop now"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _stop_with(supervisor)
     from backends.registry import settings_type
     from config import load_config
     from proxy.app import create_app
@@ -212,3 +214,20 @@ def _worker_main(sock: socket.socket, config_path: str | None, index: int) -> No
     )
     with contextlib.suppress(KeyboardInterrupt):
         server.run(sockets=[sock])
+
+
+def _stop_with(supervisor: int) -> None:
+    """SIGTERM (the graceful stop) to this worker once its supervisor is gone: killed
+    (``kill -9``, the OOM killer), it stops no one, and orphaned workers went on serving
+    the port, so every later ``dragoman serve`` on it failed with "address in use". An
+    orphan is adopted by another process, which is how it is noticed (POSIX; on
+    Windows ``getppid`` keeps naming the dead parent, so nothing is noticed there)."""
+    if sys.platform == "win32":
+        return
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(ORPHAN_CHECK)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="supervisor-watch").start()

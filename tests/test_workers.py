@@ -279,3 +279,34 @@ def test_sigterm_lets_both_workers_streams_finish_and_refuses_new_connections(
     assert server.wait(GRACE + 30) == 0
     output = server.stdout.read()  # type: ignore[union-attr]
     assert "Traceback" not in output and "shutting down; the reply was cut short" not in output
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is still a live worker (an exited one may linger as a zombie
+    where nothing reaps orphans: its command line is empty)."""
+    try:
+        return "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def test_workers_stop_when_the_supervisor_is_killed(two_workers: tuple[subprocess.Popen[str], str]) -> None:
+    """``kill -9`` of the ``dragoman serve`` process (the OOM killer, an impatient
+    operator) must not leave its workers serving the port, orphaned: every later
+    ``dragoman serve`` on it would fail with "address in use" until someone finds them."""
+    server, url = two_workers
+    port = int(url.rsplit(":", 1)[1])
+    workers = children(server.pid)
+    assert len(workers) == 2
+    server.kill()
+    server.wait()
+    try:
+        deadline = time.monotonic() + 15
+        while any(map(running, workers)):
+            assert time.monotonic() < deadline, "the workers went on serving after their supervisor was killed"
+            time.sleep(0.2)
+        for sock in set(bind_sockets("127.0.0.1", port, 2)):  # the port is free again
+            sock.close()
+    finally:
+        for pid in filter(running, workers):  # (left by a failure: never past the test)
+            os.kill(pid, signal.SIGKILL)
