@@ -89,7 +89,7 @@ class ResponseStoreConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=Tru
 
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = DEFAULT_PORT  # 0: any free port (start-up says which)
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Bearer keys a client must present. A list, or one string of keys separated by

@@ -78,14 +78,22 @@ def _serve(args: argparse.Namespace) -> int:
     if problems:
         print("dragoman: cannot start:\n" + "\n".join(f"  {p}" for p in problems), file=sys.stderr)
         return 2
-    if args.config is None and not _ensure_default_model():
-        return 1
     host = args.host or config.server.host
-    port = args.port or config.server.port
+    port = args.port if args.port is not None else config.server.port  # 0: the kernel's choice
     if args.workers is not None and args.workers < 1:
         print("dragoman: --workers must be at least 1", file=sys.stderr)
         return 2
+    if not 0 <= port <= 65535:
+        print(f"dragoman: --port must be a port number, 0 to 65535 (0: any free port); not {port}", file=sys.stderr)
+        return 2
+    if args.config is None and not _ensure_default_model():
+        return 1
     count = args.workers or workers.process_count(config)
+    # Bound here when the start-up line cannot know the port otherwise (port 0) or
+    # the workers need it: that line says where the server is.
+    sockets = workers.bind_sockets(host, port, count) if count > 1 or port == 0 else []
+    if sockets:
+        port = sockets[0].getsockname()[1]
     address = workers.url_host(host)
     print(f"dragoman: serving {len(config.models)} model entr{'y' if len(config.models) == 1 else 'ies'} "
           f"from {config.source} on http://{address}:{port}"
@@ -95,7 +103,7 @@ def _serve(args: argparse.Namespace) -> int:
     if note := workers.startup_note(config, count):
         print(f"dragoman: note: {note}", file=sys.stderr)
     if count > 1:
-        return workers.serve_processes(config, args.config, host, port, count)
+        return workers.serve_processes(config, args.config, sockets)
     app = create_app(config)
     tune_for_serving()
     server = GracefulServer(
@@ -105,7 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=config.server.shutdown_grace + 5,
         )
     )
-    server.run()
+    server.run(sockets=sockets or None)
     return 0
 
 
