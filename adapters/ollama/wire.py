@@ -11,7 +11,7 @@ only what was set; response Structs use it so optional fields are absent, never 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
@@ -87,23 +87,25 @@ class ModelOptions(msgspec.Struct, omit_defaults=True):
     repeat_penalty: float | None = None
     repeat_last_n: OptionInt | None = None
     tfs_z: float | None = None
-    mirostat: Literal[0, 1, 2] | None = None
+    mirostat: OptionInt | None = None  # 0, 1 or 2
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
 
     def __post_init__(self) -> None:
+        # Raised at `$.options`: the messages name the option itself.
         for name in _INTEGER_OPTIONS:
             value = getattr(self, name)
             if isinstance(value, float):
                 if not value.is_integer():
-                    # Raised at `$.options`: the message names the option itself.
                     raise ValueError(f"options.{name}: Expected `int`, got a fraction ({value})")
                 setattr(self, name, int(value))
+        if self.mirostat not in (None, 0, 1, 2):
+            raise ValueError(f"options.mirostat: Expected `0, 1 or 2`, got `{self.mirostat}`")
 
 
-_INTEGER_OPTIONS = ("seed", "top_k", "num_ctx", "num_predict", "repeat_last_n")
+_INTEGER_OPTIONS = ("seed", "top_k", "num_ctx", "num_predict", "repeat_last_n", "mirostat")
 
 
 class ChatRequest(msgspec.Struct, omit_defaults=True):

@@ -66,6 +66,8 @@ REFUSED = [
     (OLLAMA_CHAT, {"options": {"num_ctx": 2048.5}}, "options.num_ctx"),
     (OLLAMA_CHAT, {"stream": "false"}, "stream"),
     (OLLAMA_CHAT, {"top_logprobs": 2.0}, "top_logprobs"),
+    (OLLAMA_CHAT, {"options": {"mirostat": 3}}, "options.mirostat"),
+    (OLLAMA_CHAT, {"options": {"mirostat": 1.5}}, "options.mirostat"),
     (GENERATE, {"raw": "true"}, "raw"),
     (GENERATE, {"options": {"seed": "1"}}, "options.seed"),
     (EMBED, {"truncate": 1}, "truncate"),
@@ -84,6 +86,7 @@ ACCEPTED = [
     (OLLAMA_CHAT, {"options": {"num_ctx": 8192.0, "seed": 3.0}, "keep_alive": "300s"}),
     (OLLAMA_CHAT, {"keep_alive": -1, "think": None}),
     (GENERATE, {"options": {"num_predict": 4.0}, "keep_alive": 0}),
+    (GENERATE, {"options": {"mirostat": 2.0, "top_k": 40.0}}),  # mirostat is an integer option too
 ]
 
 
