@@ -132,7 +132,8 @@ def rows(out: dict[str, Any]) -> list[tuple[str, ...]]:
             line("proxy CPU µs per request (all processes of the server)", {OURS: f"{med(cpu['dragoman']):.0f}"},
                  f"bare pass-through {med(cpu['bare']):.0f}", f"{med(cpu['dragoman']) / med(cpu['bare']):.2f}×")
         if proxy.get("dragoman, 2 workers"):
-            line("proxy req/s, 2 workers", {OURS: f"{med(proxy['dragoman, 2 workers']):,.0f}"},
+            by = f" ({proxy['apparatus_label']})" if proxy.get("apparatus_label", "python") != "python" else ""
+            line(f"proxy req/s, 2 workers{by}", {OURS: f"{med(proxy['dragoman, 2 workers']):,.0f}"},
                  f"1 worker {med(proxy['dragoman']):,.0f}",
                  _verdict(med(paired(proxy["dragoman, 2 workers"], proxy["dragoman"], "/")), 1.7, at_most=False))
     if "rss_peak_mib" in out:
