@@ -32,10 +32,10 @@ class CompletionRequest(msgspec.Struct):
     top_p: TopP | None = None
     n: int | None = None
     best_of: int | None = None
-    stream: bool = False
+    stream: bool | None = False  # null: the default, for both (nullable in OpenAI's spec)
     stream_options: StreamOptions | None = None
     logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
-    echo: bool = False
+    echo: bool | None = False
     stop: str | list[str] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
@@ -47,6 +47,9 @@ class CompletionRequest(msgspec.Struct):
     min_p: TopP | None = None
     repeat_penalty: float | None = None
     keep_alive: float | str | None = None
+
+    def __post_init__(self) -> None:
+        self.stream, self.echo = bool(self.stream), bool(self.echo)
 
 
 class CompletionLogprobs(msgspec.Struct):

@@ -114,7 +114,7 @@ class ChatCompletionRequest(msgspec.Struct):
     presence_penalty: Penalty | None = None
     seed: Int64 | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: bool | None = False  # null: the default (nullable in OpenAI's spec); False after decoding
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
     tools: list[OpenAIToolDefinition] | None = None
@@ -136,6 +136,10 @@ class ChatCompletionRequest(msgspec.Struct):
     repeat_penalty: float | None = None
     # Extension: seconds, or a Go duration string as Ollama's ``keep_alive``.
     keep_alive: float | str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream is None:
+            self.stream = False
 
 
 # -- responses to clients ----------------------------------------------------------------

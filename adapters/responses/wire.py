@@ -87,7 +87,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     temperature: Temperature | None = None
     top_p: UnitInterval | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
-    stream: bool = False
+    stream: bool | None = False  # null: the default (nullable in OpenAI's spec); False after decoding
     store: bool | None = None
     previous_response_id: str | None = None
     include: list[str] | None = None
@@ -101,6 +101,10 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     safety_identifier: str | None = None
     service_tier: str | None = None
     client_metadata: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream is None:
+            self.stream = False
 
 
 # -- output items (replies, streams, the store) --------------------------------------------

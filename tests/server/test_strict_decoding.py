@@ -79,6 +79,9 @@ ACCEPTED = [
     (CHAT, {"temperature": 1, "max_tokens": 5}),
     (CHAT, {"temperature": None, "max_tokens": None, "stop": None, "seed": None}),
     (CHAT, {"stream": False, "logprobs": False}),
+    (CHAT, {"stream": None}),  # nullable in OpenAI's spec, so for these three routes too
+    (COMPLETIONS, {"stream": None, "echo": None}),
+    (RESPONSES, {"stream": None}),
     (COMPLETIONS, {"temperature": 0, "max_tokens": 4}),
     (RESPONSES, {"temperature": 1, "max_output_tokens": 16}),
     (MESSAGES, {"temperature": 1, "top_k": 3}),
