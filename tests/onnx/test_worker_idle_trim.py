@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from backends.onnx import worker as worker_module
+from backends.onnx import heap
+from backends.onnx.loading import load
 from backends.onnx.protocol import Done, Ping, Pong, Shutdown, Start, WorkerConfig, decode_report, read_frame
 from backends.text.segments import Segment
 
@@ -28,8 +29,9 @@ class Running:
         import onnxruntime_genai as og
 
         from backends.onnx.preparation import Preparation
+        from backends.onnx.worker_loop import Worker
 
-        model, engine, _ = worker_module._load(WorkerConfig(model_path=str(model_dir), providers=["cpu"]))
+        model, engine, _ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"]))
         assert engine is not None, "the batch engine runs the default model on CPU"
         read_fd, write_fd = os.pipe()
         self.reports = os.fdopen(read_fd, "rb")
@@ -39,7 +41,7 @@ class Running:
             context_length=engine.slab.max_positions, grammar_timeout=5.0, grammar_memory=512 << 20,
         )  # fmt: skip
         self.out = os.fdopen(write_fd, "wb", buffering=1 << 16)
-        self.worker = worker_module.Worker(og, model, model_dir, self.out, self.commands, preparation, engine)
+        self.worker = Worker(og, model, model_dir, self.out, self.commands, preparation, engine)
         preparation.begin()
         self.thread = threading.Thread(target=self.worker.run, daemon=True, name="worker")
         self.thread.start()
@@ -70,8 +72,8 @@ class Running:
 @pytest.fixture
 def running(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
     trims: list[float] = []
-    monkeypatch.setattr(worker_module, "TRIM_AFTER", TRIM_AFTER)
-    monkeypatch.setattr(worker_module, "_return_freed_memory", lambda: trims.append(time.monotonic()))
+    monkeypatch.setattr(heap, "TRIM_AFTER", TRIM_AFTER)
+    monkeypatch.setattr(heap, "return_freed_memory", lambda: trims.append(time.monotonic()))
     worker = Running(model_dir, trims)
     yield worker
     worker.stop()
