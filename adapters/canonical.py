@@ -215,6 +215,11 @@ class Usage(msgspec.Struct, frozen=True):
     # whose state came from a prompt cache rather than being computed again; None where
     # the backend cannot tell, so that renderers claim nothing they do not know.
     cached_tokens: int | None = None
+    # Of ``prompt_tokens`` too, those written to a prompt cache for later requests
+    # (Anthropic's ``cache_creation_input_tokens``, billed apart from the rest); None
+    # where the backend does not say. Only upstreams report them: local prefix reuse
+    # is automatic and costs nothing more.
+    cache_write_tokens: int | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -222,12 +227,17 @@ class Usage(msgspec.Struct, frozen=True):
 
     def __add__(self, other: Usage) -> Usage:
         """Usage summed over several replies (one completion request with many prompts)."""
-        known = [n for n in (self.cached_tokens, other.cached_tokens) if n is not None]
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
-            sum(known) if known else None,
+            _known_sum(self.cached_tokens, other.cached_tokens),
+            _known_sum(self.cache_write_tokens, other.cache_write_tokens),
         )
+
+
+def _known_sum(a: int | None, b: int | None) -> int | None:
+    """What is known, summed; None when neither side knows."""
+    return None if a is None and b is None else (a or 0) + (b or 0)
 
 
 class Timings(msgspec.Struct, frozen=True):
@@ -260,6 +270,7 @@ class RoleStart(msgspec.Struct, tag="role", frozen=True):
     role: Role = "assistant"
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # of prompt_tokens, as in Usage
+    cache_write_tokens: int | None = None  # of prompt_tokens, as in Usage
 
 
 class ContentDelta(msgspec.Struct, tag="content", frozen=True):

@@ -78,6 +78,8 @@ class RequestRecord:
             out["prompt_tokens"] = self.usage.prompt_tokens
             if self.usage.cached_tokens is not None:  # of prompt_tokens; absent where the backend cannot tell
                 out["cached_tokens"] = self.usage.cached_tokens
+            if self.usage.cache_write_tokens is not None:  # of prompt_tokens; only upstreams report them
+                out["cache_write_tokens"] = self.usage.cache_write_tokens
             out["generated_tokens"] = self.usage.completion_tokens
         if self.embed_inputs is not None:
             out["inputs"] = self.embed_inputs

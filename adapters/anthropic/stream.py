@@ -164,7 +164,7 @@ class StreamEncoder:
         not known yet counts in input_tokens here and in cache_read_input_tokens at the
         end: the sum, the whole prompt, is the same."""
         self._started = True
-        usage = _usage(Usage(prompt_tokens=first.prompt_tokens or 0, cached_tokens=first.cached_tokens))
+        usage = _usage(Usage(first.prompt_tokens or 0, 0, first.cached_tokens, first.cache_write_tokens))
         message = wire.Message(id=self.id, model=self.model, content=[], stop_reason=None, stop_sequence=None, usage=usage)
         return _frame("message_start", wire.MessageStart(message=message)) + _frame("ping", wire.Ping())
 
@@ -243,13 +243,16 @@ class StreamEncoder:
 
 
 def _usage(usage: Usage) -> wire.Usage:
-    """Anthropic counts cache reads apart: ``input_tokens`` are those after the cache read,
-    the whole prompt is the sum (no cache writes here: local caching is automatic)."""
-    cached = usage.cached_tokens or 0
+    """Anthropic counts cache reads and cache writes apart: ``input_tokens`` are the rest
+    of the prompt, the whole prompt is the sum of the three (the canonical count, like
+    OpenAI's, holds both). Writes come only from an upstream: local caching is automatic.
+    Never below 0, whatever an upstream's figures say."""
+    read, written = usage.cached_tokens or 0, usage.cache_write_tokens or 0
     return wire.Usage(
-        input_tokens=usage.prompt_tokens - cached,
+        input_tokens=max(0, usage.prompt_tokens - read - written),
         output_tokens=usage.completion_tokens,
-        cache_read_input_tokens=cached,
+        cache_creation_input_tokens=written,
+        cache_read_input_tokens=read,
     )
 
 

@@ -121,7 +121,7 @@ class UpstreamStreamDecoder:
             if not head or usage is None:
                 return head
             whole = _finish(None, None, self._usage).usage  # the prompt counted as at the end
-            return [RoleStart(prompt_tokens=whole.prompt_tokens, cached_tokens=whole.cached_tokens)]
+            return [RoleStart(prompt_tokens=whole.prompt_tokens, cached_tokens=whole.cached_tokens, cache_write_tokens=whole.cache_write_tokens)]
         if kind == "content_block_start":
             return head + self._block_start(event.index or 0, event.content_block or wire.UpstreamBlock())
         if kind == "content_block_delta":
@@ -174,12 +174,13 @@ def _merged(old: wire.UpstreamUsage, new: wire.UpstreamUsage) -> wire.UpstreamUs
 
 def _finish(reason: str | None, sequence: str | None, usage: wire.UpstreamUsage) -> Finish:
     """The canonical prompt count is the whole prompt (OpenAI's meaning): Anthropic's
-    ``input_tokens`` leave out the tokens read from and written to its cache."""
-    read = usage.cache_read_input_tokens
-    prompt = (usage.input_tokens or 0) + (read or 0) + (usage.cache_creation_input_tokens or 0)
+    ``input_tokens`` leave out the tokens read from and written to its cache, which
+    the canonical usage carries as parts of it."""
+    read, written = usage.cache_read_input_tokens, usage.cache_creation_input_tokens
+    prompt = (usage.input_tokens or 0) + (read or 0) + (written or 0)
     return Finish(
         reason=_STOP_REASONS.get(reason or "end_turn", "stop"),
-        usage=Usage(prompt_tokens=prompt, completion_tokens=usage.output_tokens or 0, cached_tokens=read),
+        usage=Usage(prompt, usage.output_tokens or 0, cached_tokens=read, cache_write_tokens=written),
         stop_sequence=sequence if reason == "stop_sequence" else None,
     )
 

@@ -223,9 +223,9 @@ def _finish_reason(reason: str | None) -> FinishReason:
 def _usage(usage: wire.UpstreamUsage | None) -> Usage:
     if usage is None:
         return Usage()
-    details = usage.prompt_tokens_details
-    cached = details.cached_tokens if details is not None else None
-    return Usage(prompt_tokens=usage.prompt_tokens or 0, completion_tokens=usage.completion_tokens or 0, cached_tokens=cached)
+    # Both parts are counted in prompt_tokens already, as the canonical usage counts them.
+    details = usage.prompt_tokens_details or wire.UpstreamPromptTokensDetails()
+    return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, details.cached_tokens, details.cache_write_tokens)
 
 
 def _logprobs(logprobs: wire.UpstreamLogprobs | None) -> list[TokenLogprob] | None:

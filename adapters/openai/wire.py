@@ -318,6 +318,7 @@ class UpstreamChoice(msgspec.Struct):
 
 class UpstreamPromptTokensDetails(msgspec.Struct):
     cached_tokens: int | None = None
+    cache_write_tokens: int | None = None  # OpenRouter's, for upstreams that bill cache writes
 
 
 class UpstreamUsage(msgspec.Struct):

@@ -132,12 +132,12 @@ def decode_stream(name: str) -> list[Event]:
 
 def test_stream_of_thinking_text_and_tool_use() -> None:
     events = decode_stream("claude_thinking_tool_use.sse")
-    assert events[0] == RoleStart(prompt_tokens=412, cached_tokens=0)  # message_start's count, known before the reply
+    assert events[0] == RoleStart(prompt_tokens=412, cached_tokens=0, cache_write_tokens=0)  # message_start's count, known before the reply
     signature = next(e.signature for e in events if isinstance(e, ThinkingDelta) and e.signature)
     assert signature.startswith("EqQB")
     fragments = [e for e in events if isinstance(e, ToolCallFragment)]
     assert (fragments[0].index, fragments[0].id, fragments[0].name) == (2, "toolu_01A09q90qw90lq917835lq9", "get_weather")
-    assert events[-1] == Finish(reason="tool_calls", usage=Usage(prompt_tokens=412, completion_tokens=96, cached_tokens=0))
+    assert events[-1] == Finish(reason="tool_calls", usage=Usage(prompt_tokens=412, completion_tokens=96, cached_tokens=0, cache_write_tokens=0))
     builder = ResultBuilder()
     for event in events:
         builder.add(event)
@@ -156,9 +156,9 @@ def test_stream_of_thinking_text_and_tool_use() -> None:
 
 
 @pytest.mark.parametrize(("name", "finish"), [
-    ("claude_text.sse", Finish(usage=Usage(25, 9, 0))),
-    ("claude_stop_sequence.sse", Finish(usage=Usage(25, 6, 0), stop_sequence="4")),
-    ("claude_max_tokens.sse", Finish(reason="length", usage=Usage(25, 3, 0))),
+    ("claude_text.sse", Finish(usage=Usage(25, 9, 0, 0))),
+    ("claude_stop_sequence.sse", Finish(usage=Usage(25, 6, 0, 0), stop_sequence="4")),
+    ("claude_max_tokens.sse", Finish(reason="length", usage=Usage(25, 3, 0, 0))),
 ])  # fmt: skip
 def test_stream_endings(name: str, finish: Finish) -> None:
     assert decode_stream(name)[-1] == finish

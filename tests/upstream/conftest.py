@@ -35,6 +35,7 @@ OPENAI_SCRIPT: dict[str, Reply | list[Reply]] = {
     "oa-completion": Reply("openai/vllm_completion.sse", whole="openai/vllm_completion.json"),
     "oa-completion-logprobs": Reply("openai/vllm_completion_logprobs.sse", whole="openai/vllm_completion_logprobs.json"),
     "oa-no-suffix": Reply("openai/vllm_suffix_unsupported.json", status=400),
+    "oa-cache": Reply("openai/openrouter_prompt_cache.sse", whole="openai/openrouter_prompt_cache.json"),
     "/v1/models": Reply("openai/models.json"),
 }
 
@@ -63,6 +64,7 @@ ANTHROPIC_SCRIPT: dict[str, Reply | list[Reply]] = {
     "an-400": Reply("anthropic/error_invalid.json", status=400),
     "an-401": Reply("anthropic/error_auth.json", status=401),
     "an-count": Reply("anthropic/count_tokens.json"),
+    "an-cache": Reply("anthropic/claude_prompt_cache.sse", whole="anthropic/claude_prompt_cache.json"),
     "/v1/models": Reply("anthropic/models.json"),
 }
 
