@@ -19,11 +19,12 @@ TRIM_AFTER = 1.0  # seconds idle before the heap's free memory is handed back
 
 class IdleTrim:
     """When the worker loop hands the heap back: once, ``after`` seconds (default
-    :data:`TRIM_AFTER`) after the last round that computed, when no request is held by
-    then. A command that computes nothing meanwhile (a consumer's late Credit, a Ping)
-    does not put it off. The loop asks :meth:`timeout` how long it may wait for a
-    command, tells :meth:`handed_back` what the wait brought, and :meth:`computed` after
-    each round that computed."""
+    :data:`TRIM_AFTER`) after the last round that computed, when no request is held
+    (being prepared, or running) by then. A command that computes nothing meanwhile (a
+    consumer's late Credit, a Ping) does not put it off; a request arriving does, until
+    it has run. The loop asks :meth:`timeout` how long it may wait for a command, tells
+    :meth:`handed_back` what the wait brought, and :meth:`computed` after each round
+    that computed."""
 
     def __init__(
         self, after: float | None = None, *, clock: Callable[[], float] = time.monotonic,
@@ -40,10 +41,12 @@ class IdleTrim:
 
     def timeout(self, *, holding: bool) -> float | None:
         """The longest the loop may wait for a command now; None: as long as it takes.
-        ``holding``: something to compute, or a request running (one waiting for its
-        consumer too)."""
+        ``holding``: something to compute, or a request being prepared or running (one
+        waiting for its consumer too)."""
         now = self._clock()
-        if not holding and self._worked and self._deadline is None:
+        if holding:
+            self._deadline = None  # a burst's next prompt may be tokenised right now
+        elif self._worked and self._deadline is None:
             self._deadline = now + self.after
         return None if self._deadline is None else max(0.0, self._deadline - now)
 

@@ -77,7 +77,7 @@ class Worker:
         trim = IdleTrim()
         while True:
             runnable = self.engine.runnable if self.engine else any(g.runnable for g in self.active.values())
-            holding = runnable or bool(self.active) or bool(self.engine and self.engine.active)
+            holding = runnable or bool(self.active or self.pending) or bool(self.engine and self.engine.active)
             items = self._drain(block=not runnable, timeout=trim.timeout(holding=holding))
             if trim.handed_back(items):
                 continue
