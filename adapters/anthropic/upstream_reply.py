@@ -26,6 +26,7 @@ from adapters.canonical import (
     Usage,
 )
 from adapters.errors import DragomanError, error_for_status
+from adapters.upstream_json import Unreadable, read_json, sse_data
 
 BAD_GATEWAY = 502
 _STOP_REASONS: dict[str, FinishReason] = {
@@ -46,9 +47,9 @@ _decoder = msgspec.json.Decoder(wire.UpstreamEvent)
 def parse_upstream_response(body: bytes) -> list[Event]:
     """A whole ``message`` as the events a stream would have carried."""
     try:
-        reply = _decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        return [ErrorEvent(f"upstream sent a reply that could not be read: {exc}", status=BAD_GATEWAY)]
+        reply = read_json(_decoder.decode, body)
+    except Unreadable as exc:
+        return [ErrorEvent(f"upstream sent a reply {exc}", status=BAD_GATEWAY)]
     if reply.type == "error" or reply.error is not None:
         return [_error_event(reply.error)]
     events: list[Event] = [RoleStart()]
@@ -71,9 +72,9 @@ def parse_upstream_error(status: int, body: bytes) -> DragomanError:
     503, the canonical "try later")."""
     message: str | None = None
     try:
-        detail = _decoder.decode(body).error
+        detail = read_json(_decoder.decode, body).error
         message = detail.message if detail is not None else None
-    except msgspec.DecodeError:
+    except Unreadable:
         pass
     text = message or body.decode("utf-8", "replace").strip() or f"upstream answered HTTP {status}"
     return error_for_status(503 if status == 529 else status, text)
@@ -91,17 +92,13 @@ class UpstreamStreamDecoder:
     def feed(self, line: bytes) -> list[Event]:
         if self._ended:
             return []
-        text = line.strip()
-        if text.startswith(b"data:"):
-            payload = text[5:].lstrip()
-        elif text.startswith(b"{"):  # a bare JSON error body instead of SSE
-            payload = text
-        else:  # event: lines, blank separators, comments
+        payload = sse_data(line)
+        if payload is None:
             return []
         try:
-            event = _decoder.decode(payload)
-        except msgspec.DecodeError as exc:
-            return self._fail(ErrorEvent(f"upstream sent a stream event that could not be read: {exc}", status=BAD_GATEWAY))
+            event = read_json(_decoder.decode, payload)
+        except Unreadable as exc:
+            return self._fail(ErrorEvent(f"upstream sent a stream event {exc}", status=BAD_GATEWAY))
         return self._event(event)
 
     def finish(self) -> list[Event]:

@@ -14,6 +14,7 @@ from adapters.canonical import EmbedRequest, EmbedResult, Timings
 from adapters.errors import RequestError
 from adapters.ollama.convert import parse_keep_alive
 from adapters.ollama.wire import ModelOptions
+from adapters.upstream_json import Unreadable, read_json
 
 Dimensions = Annotated[int, Meta(ge=1, le=65536)]
 
@@ -154,11 +155,9 @@ def embed_to_upstream(request: EmbedRequest, model: str) -> tuple[str, bytes]:
 def parse_upstream_embed(body: bytes, expected: int) -> EmbedResult:
     """An Ollama server's embedding reply; ``expected`` vectors, else ``ValueError``."""
     try:
-        reply = _upstream_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"upstream sent an embedding reply that could not be read: {exc}") from None
-    except RecursionError:
-        raise ValueError("upstream sent an embedding reply nested too deeply to decode") from None
+        reply = read_json(_upstream_decoder.decode, body)
+    except Unreadable as exc:
+        raise ValueError(f"upstream sent an embedding reply {exc}") from None
     rows = reply.embeddings if reply.embeddings is not None else ([reply.embedding] if reply.embedding else [])
     if len(rows) != expected:
         raise ValueError(f"upstream sent {len(rows)} embeddings for {expected} inputs")

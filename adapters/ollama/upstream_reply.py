@@ -28,6 +28,7 @@ from adapters.canonical import (
 from adapters.errors import valid_error_status
 from adapters.json_depth import MAX_DEPTH, TOO_DEEP, too_deep
 from adapters.ollama import wire
+from adapters.upstream_json import Unreadable, read_json
 
 _FINISH_REASON: dict[str, FinishReason] = {"stop": "stop", "length": "length", "load": "load", "unload": "unload"}
 _line_decoder = msgspec.json.Decoder(wire.UpstreamChatResponse)
@@ -46,11 +47,9 @@ class UpstreamStreamDecoder:
         if not line or self._ended:
             return []
         try:
-            reply = self.decode(line)
-        except msgspec.DecodeError as exc:
-            return self._end(ErrorEvent(f"upstream sent a malformed line: {exc}", status=502))
-        except RecursionError:
-            return self._end(ErrorEvent(f"upstream sent a line {TOO_DEEP}", status=502))
+            reply = read_json(self.decode, line)
+        except Unreadable as exc:
+            return self._end(ErrorEvent(f"upstream sent a line {exc}", status=502))
         return self._reply_events(reply)
 
     def decode(self, body: bytes) -> wire.UpstreamChatResponse:

@@ -229,11 +229,14 @@ def _image(image_url: wire.ImageURL | str | None, path: str) -> ImagePart:
 
 
 def _tool_call(call: wire.OpenAIToolCall, path: str, position: int) -> ToolCall:
-    arguments = _arguments(call.function.arguments, f"{path}.function.arguments")
+    arguments = request_arguments(call.function.arguments, f"{path}.function.arguments")
     return ToolCall(name=call.function.name, arguments=arguments, id=call.id, index=position)
 
 
-def _arguments(value: str | dict[str, Any], param: str) -> dict[str, Any]:
+def request_arguments(value: str | dict[str, Any], param: str) -> dict[str, Any]:
+    """A tool call's arguments in a client's history (a JSON object, or the text of one)
+    as a dict; a 400 naming ``param`` when they are not one. The Responses dialect's
+    ``function_call`` items read theirs here too."""
     if isinstance(value, dict):
         return value
     if not value.strip():  # Ollama 400s on "", which some clients send for no arguments

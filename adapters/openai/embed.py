@@ -17,6 +17,7 @@ from msgspec import Meta
 
 from adapters.canonical import EmbedInput, EmbedRequest, EmbedResult
 from adapters.errors import RequestError
+from adapters.upstream_json import Unreadable, read_json
 
 TokenId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 
@@ -135,11 +136,9 @@ def embeddings_to_upstream(request: EmbedRequest, model: str) -> bytes:
 def parse_upstream_embeddings(body: bytes, expected: int) -> EmbedResult:
     """An upstream's ``/embeddings`` reply in input order; ``ValueError`` when unreadable."""
     try:
-        reply = _upstream_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"upstream sent an embeddings reply that could not be read: {exc}") from None
-    except RecursionError:
-        raise ValueError("upstream sent an embeddings reply nested too deeply to decode") from None
+        reply = read_json(_upstream_decoder.decode, body)
+    except Unreadable as exc:
+        raise ValueError(f"upstream sent an embeddings reply {exc}") from None
     if len(reply.data) != expected:
         raise ValueError(f"upstream sent {len(reply.data)} embeddings for {expected} inputs")
     ordered = sorted(reply.data, key=lambda d: d.index)

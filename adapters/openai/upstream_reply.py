@@ -27,7 +27,8 @@ from adapters.canonical import (
     Usage,
 )
 from adapters.errors import DragomanError, error_for_status
-from adapters.json_depth import MAX_DEPTH, TOO_DEEP, too_deep
+from adapters.json_depth import MAX_DEPTH, too_deep
+from adapters.upstream_json import Unreadable, read_json, sse_data
 from adapters.openai import wire
 
 BAD_GATEWAY = 502
@@ -45,11 +46,9 @@ _reply_decoder = msgspec.json.Decoder(wire.UpstreamReply)
 def parse_upstream_response(body: bytes) -> list[Event]:
     """A whole non-streaming upstream reply as the events a stream would have carried."""
     try:
-        reply = _reply_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        return [ErrorEvent(f"upstream sent a reply that could not be read: {exc}", status=BAD_GATEWAY)]
-    except RecursionError:
-        return [ErrorEvent(f"upstream sent a reply {TOO_DEEP}", status=BAD_GATEWAY)]
+        reply = read_json(_reply_decoder.decode, body)
+    except Unreadable as exc:
+        return [ErrorEvent(f"upstream sent a reply {exc}", status=BAD_GATEWAY)]
     if reply.error is not None:
         return [_error_event(reply.error)]
     if not reply.choices:
@@ -79,8 +78,8 @@ def parse_upstream_error(status: int, body: bytes) -> DragomanError:
     """An upstream's error response as our error with its status, keeping its message."""
     detail: wire.UpstreamErrorDetail | str | None = None
     try:
-        detail = _reply_decoder.decode(body).error
-    except (msgspec.DecodeError, RecursionError):
+        detail = read_json(_reply_decoder.decode, body).error
+    except Unreadable:
         pass
     if isinstance(detail, wire.UpstreamErrorDetail) and detail.message:
         err = error_for_status(status, detail.message)
@@ -111,23 +110,16 @@ class UpstreamStreamDecoder:
     def feed(self, line: bytes) -> list[Event]:
         if self._ended:
             return []
-        text = line.strip()
-        if text.startswith(b"data:"):
-            payload = text[5:].lstrip()
-        elif text.startswith(b"{"):  # a bare JSON error body instead of SSE
-            payload = text
-        else:  # blank separators, ": comments", event:/id:/retry: fields
+        payload = sse_data(line)
+        if payload is None:
             return []
         if payload == b"[DONE]":
             self._ended = True
             return self._finish()
         try:
-            chunk = _reply_decoder.decode(payload)
-        except msgspec.DecodeError as exc:
-            message = f"upstream sent a stream chunk that could not be read: {exc}"
-            return self._fail(ErrorEvent(message, status=BAD_GATEWAY))
-        except RecursionError:
-            return self._fail(ErrorEvent(f"upstream sent a stream chunk {TOO_DEEP}", status=BAD_GATEWAY))
+            chunk = read_json(_reply_decoder.decode, payload)
+        except Unreadable as exc:
+            return self._fail(ErrorEvent(f"upstream sent a stream chunk {exc}", status=BAD_GATEWAY))
         if chunk.error is not None:
             return self._fail(_error_event(chunk.error))
         return self._chunk_events(chunk)

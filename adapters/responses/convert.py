@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from adapters.canonical import (
     ChatRequest,
     ImagePart,
@@ -32,6 +30,7 @@ from adapters.canonical import (
 )
 from adapters.errors import RequestError, UnsupportedFeature
 from adapters.images import decode_image_data_uri
+from adapters.openai.convert import request_arguments
 from adapters.responses import wire
 from adapters.responses.echoed import check_echoed
 from adapters.responses.ids import decode_reasoning
@@ -259,7 +258,7 @@ def _function_call(item: wire.InputItem, path: str, position: int) -> ToolCall:
         raise RequestError(f"{path}.name: field required for a function_call", param=f"{path}.name")
     if not item.call_id:
         raise RequestError(f"{path}.call_id: field required for a function_call", param=f"{path}.call_id")
-    return ToolCall(name=item.name, arguments=_arguments(item.arguments or "", f"{path}.arguments"), id=item.call_id, index=position)
+    return ToolCall(name=item.name, arguments=request_arguments(item.arguments or "", f"{path}.arguments"), id=item.call_id, index=position)
 
 
 def _call_output(item: wire.InputItem, path: str, turns: _Turns, fetched: Mapping[str, str]) -> Message:
@@ -316,18 +315,6 @@ def _image(part: wire.ContentPart, path: str, fetched: Mapping[str, str]) -> Ima
         hint = "enable server.image_fetch or send the image as a data URI (data:image/png;base64,…)"
         raise RequestError(f"{path}.image_url: remote image URLs are not fetched; {hint}", param=f"{path}.image_url")
     return decode_image_data_uri(url, f"{path}.image_url")
-
-
-def _arguments(text: str, param: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise RequestError(f"{param}: not valid JSON ({exc})", param=param) from exc
-    if not isinstance(value, dict):
-        raise RequestError(f"{param}: must be a JSON object", param=param)
-    return value
 
 
 def image_parts(items: list[wire.InputItem]) -> list[wire.ContentPart]:

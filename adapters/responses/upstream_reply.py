@@ -24,6 +24,7 @@ from adapters.canonical import (
     Usage,
 )
 from adapters.responses import wire
+from adapters.upstream_json import Unreadable, read_json, sse_data
 
 BAD_GATEWAY = 502
 _REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
@@ -37,9 +38,9 @@ _response_decoder = msgspec.json.Decoder(wire.UpstreamResponse)
 def parse_upstream_response(body: bytes) -> list[Event]:
     """A whole ``response`` object as the events a stream would have carried."""
     try:
-        response = _response_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        return [ErrorEvent(f"upstream sent a reply that could not be read: {exc}", status=BAD_GATEWAY)]
+        response = read_json(_response_decoder.decode, body)
+    except Unreadable as exc:
+        return [ErrorEvent(f"upstream sent a reply {exc}", status=BAD_GATEWAY)]
     if response.status == "failed":
         return [_failed(response)]
     events: list[Event] = [RoleStart()]
@@ -59,19 +60,13 @@ class UpstreamStreamDecoder:
     def feed(self, line: bytes) -> list[Event]:
         if self._ended:
             return []
-        text = line.strip()
-        if text.startswith(b"data:"):
-            payload = text[5:].lstrip()
-        elif text.startswith(b"{"):
-            payload = text
-        else:
-            return []
-        if payload == b"[DONE]":
+        payload = sse_data(line)
+        if payload is None or payload == b"[DONE]":
             return []
         try:
-            event = _decoder.decode(payload)
-        except msgspec.DecodeError as exc:
-            return self._end([ErrorEvent(f"upstream sent a stream event that could not be read: {exc}", status=BAD_GATEWAY)])
+            event = read_json(_decoder.decode, payload)
+        except Unreadable as exc:
+            return self._end([ErrorEvent(f"upstream sent a stream event {exc}", status=BAD_GATEWAY)])
         head: list[Event] = [] if self._started else [RoleStart()]
         self._started = True
         return head + self._event(event)

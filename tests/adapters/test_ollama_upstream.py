@@ -285,8 +285,8 @@ def test_upstream_stream_decoder(name: str, raw: list[bytes], expected: list[Eve
 
 AFTER = ndjson(msg(content="after"), DONE)  # ignored once the stream has failed
 FAILURES = [
-    ("malformed JSON", [b'{"model": "up", "mess', *AFTER], "malformed"),
-    ("wrong field type", [b'{"done": "yes"}', *AFTER], "malformed"),
+    ("malformed JSON", [b'{"model": "up", "mess', *AFTER], "upstream sent a line that could not be read"),
+    ("wrong field type", [b'{"done": "yes"}', *AFTER], "upstream sent a line that could not be read"),
     (
         "malformed string arguments",
         ndjson(msg(tool_calls=[{"function": {"name": "f", "arguments": "{oops"}}]), msg(content="after"), DONE),

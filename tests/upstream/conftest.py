@@ -16,6 +16,8 @@ from tests.support.replay import ReplayServer, Reply, replay_server
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 IDLE_TIMEOUT = 0.5  # seconds; the "slow" replies stall longer than this
+DEEP = b"[" * 5000 + b"]" * 5000  # past what msgspec can recurse into
+SSE, JSON = {"Content-Type": "text/event-stream"}, {"Content-Type": "application/json"}
 
 OPENAI_SCRIPT: dict[str, Reply | list[Reply]] = {
     "oa-text": Reply("openai/vllm_text.sse", whole="openai/vllm_text.json"),
@@ -65,6 +67,8 @@ ANTHROPIC_SCRIPT: dict[str, Reply | list[Reply]] = {
     "an-401": Reply("anthropic/error_auth.json", status=401),
     "an-count": Reply("anthropic/count_tokens.json"),
     "an-cache": Reply("anthropic/claude_prompt_cache.sse", whole="anthropic/claude_prompt_cache.json"),
+    "an-deep": Reply(body=b'event: message_start\ndata: {"type":"message_start","message":{"x":%s}}\n\n' % DEEP, headers=SSE),
+    "an-deep-whole": Reply(body=b'{"type":"message","content":[],"x":%s}' % DEEP, headers=JSON),
     "/v1/models": Reply("anthropic/models.json"),
 }
 
@@ -74,6 +78,8 @@ RESPONSES_SCRIPT: dict[str, Reply | list[Reply]] = {
     "rs-incomplete": Reply("responses/gpt_incomplete.sse"),
     "rs-failed": Reply("responses/gpt_failed.sse"),
     "rs-400": Reply("responses/error_400.json", status=400),
+    "rs-deep": Reply(body=b'data: {"type":"response.created","response":{"x":%s}}\n\n' % DEEP, headers=SSE),
+    "rs-deep-whole": Reply(body=b'{"id":"r","status":"completed","output":[],"x":%s}' % DEEP, headers=JSON),
     "/v1/models": Reply("openai/models.json"),
 }
 

@@ -45,7 +45,7 @@ MIDSTREAM = [
     ("openai upstream stalls", "oa-slow", "Hello! How", "idle_timeout", 504),
     ("openai upstream sends a broken chunk", "oa-malformed", "Hello!", "could not be read", 502),
     ("ollama upstream ends without done", "ol-truncated", "Hello! How", "before its final (done) line", 502),
-    ("ollama upstream sends a broken line", "ol-malformed", "Hello! How", "malformed line", 502),
+    ("ollama upstream sends a broken line", "ol-malformed", "Hello! How", "could not be read", 502),
     ("ollama runner crashes", "ol-crash", "Hello! How", "unexpected EOF", 500),
     ("ollama upstream stalls", "ol-slow", "Hello", "idle_timeout", 504),
 ]

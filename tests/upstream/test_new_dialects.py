@@ -66,6 +66,18 @@ def test_upstream_failures(gateway: RunningServer) -> None:
         list(oa.chat.completions.create(model="rs-failed", messages=user(), stream=True))
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("model", ["an-deep", "an-deep-whole", "rs-deep", "rs-deep-whole"])
+def test_a_reply_nested_past_the_decoder_is_the_upstreams_502(gateway: RunningServer, model: str, stream: bool) -> None:
+    """Was a RecursionError out of the parser, answered as the client's own body nested too deeply (400)."""
+    r = httpx.post(gateway.url + "/v1/chat/completions", json={"model": model, "messages": user(), "stream": stream}, timeout=30)
+    if r.status_code == 200:  # the stream had begun: its last event says so
+        assert stream and "upstream sent" in r.text and "nested too deeply" in r.text, r.text[-300:]
+        return
+    assert r.status_code == 502, r.text[:300]
+    assert "upstream sent" in r.json()["error"]["message"] and "nested too deeply" in r.json()["error"]["message"]
+
+
 def test_anthropic_upstream_request(gateway: RunningServer, anthropic_upstream: ReplayServer) -> None:
     """An OpenAI client's conversation with a tool round trip, as Anthropic wants it."""
     messages = [
