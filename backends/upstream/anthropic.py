@@ -11,6 +11,7 @@ from adapters.anthropic import upstream_reply
 from adapters.anthropic.upstream_request import to_upstream
 from adapters.canonical import ChatRequest, CompletionRequest, Event, Secret
 from adapters.errors import BackendError, DragomanError, UnsupportedFeature
+from adapters.upstream_json import Unreadable, read_json
 from backends.base import Capabilities, ModelDetails
 from backends.upstream.backend import Call, HttpUpstreamBackend, StreamDecoder
 from backends.upstream.discovery import parse_openai_models
@@ -24,6 +25,9 @@ COUNT_PATH = "/v1/messages/count_tokens"
 
 class _Count(msgspec.Struct):
     input_tokens: int
+
+
+_count_decoder = msgspec.json.Decoder(_Count)
 
 
 class AnthropicBackend(HttpUpstreamBackend):
@@ -77,9 +81,9 @@ class AnthropicBackend(HttpUpstreamBackend):
         body, _ = to_upstream(request, model, default_max_tokens=self._settings.max_tokens, count=True)
         raw, endpoint = await post_whole(self, COUNT_PATH, body, request)
         try:
-            return msgspec.json.decode(raw, type=_Count).input_tokens
-        except msgspec.DecodeError as exc:
-            raise BackendError(f"model '{request.model}': upstream {endpoint.label} sent an unreadable count: {exc}") from None
+            return read_json(_count_decoder.decode, raw).input_tokens
+        except Unreadable as exc:
+            raise BackendError(f"model '{request.model}': upstream {endpoint.label} sent a count {exc}") from None
 
 
 __all__ = ["AnthropicBackend"]

@@ -69,6 +69,7 @@ ANTHROPIC_SCRIPT: dict[str, Reply | list[Reply]] = {
     "an-cache": Reply("anthropic/claude_prompt_cache.sse", whole="anthropic/claude_prompt_cache.json"),
     "an-deep": Reply(body=b'event: message_start\ndata: {"type":"message_start","message":{"x":%s}}\n\n' % DEEP, headers=SSE),
     "an-deep-whole": Reply(body=b'{"type":"message","content":[],"x":%s}' % DEEP, headers=JSON),
+    "an-count-deep": Reply(body=b'{"input_tokens":1,"x":%s}' % DEEP, headers=JSON),
     "/v1/models": Reply("anthropic/models.json"),
 }
 

@@ -78,6 +78,12 @@ def test_a_reply_nested_past_the_decoder_is_the_upstreams_502(gateway: RunningSe
     assert "upstream sent" in r.json()["error"]["message"] and "nested too deeply" in r.json()["error"]["message"]
 
 
+def test_a_count_nested_past_the_decoder_is_the_upstreams_502(gateway: RunningServer) -> None:
+    r = httpx.post(gateway.url + "/v1/messages/count_tokens", json={"model": "an-count-deep", "messages": user()}, timeout=30)
+    assert r.status_code == 502, r.text[:300]
+    assert "sent a count nested too deeply to decode" in r.json()["error"]["message"]
+
+
 def test_anthropic_upstream_request(gateway: RunningServer, anthropic_upstream: ReplayServer) -> None:
     """An OpenAI client's conversation with a tool round trip, as Anthropic wants it."""
     messages = [
