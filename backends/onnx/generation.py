@@ -15,20 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from adapters.canonical import TokenLogprob
 from backends.onnx.guidance import Guide
 from backends.onnx.processors import LogitsProcessor, log_softmax
 from backends.onnx.protocol import RUN_AHEAD, Done, Search, Start, Tokens
 from backends.onnx.sampling import processing_active
-from backends.onnx.token_text import done_report, token_logprob
+from backends.onnx.token_text import GuideFailed, TokenOutput, done_report  # GuideFailed re-exported: batch.py takes it from here
 from backends.text.stops import StopMatcher
 
 
-class GuideFailed(Exception):
-    """The request's grammar could not go on (a parser limit reached mid-reply)."""
-
-
-class Generation:
+class Generation(TokenOutput):
     """Created with the prompt already tokenized (and its grammar compiled);
     :meth:`prefill` until :attr:`prefilled`, then :meth:`step` until it returns a
     :class:`Done`."""
@@ -69,10 +64,6 @@ class Generation:
         self.consumed = 0  # tokens the consumer has taken (Credit)
 
     @property
-    def request_id(self) -> int:
-        return self.start.request_id
-
-    @property
     def prefilled(self) -> bool:
         return self.evaluated >= len(self.prompt_ids)
 
@@ -104,20 +95,9 @@ class Generation:
         self.generator.generate_next_token()
         token = int(self.generator.get_next_tokens()[0])
         self.completion_tokens += 1
-        is_eos = token in self.eos_ids
-        if self.guide is not None and not is_eos:
-            self.guide.consume(token)
-            if self.guide.error:
-                raise GuideFailed(f"the output constraint could not go on: {self.guide.error}")
-        delta = "" if is_eos else self.stream.decode(token)
-        text = self.stops.feed(delta)
-        logprobs = None
-        if logprobs_row is not None and not is_eos:
-            logprobs = [self._token_logprob(token, logprobs_row)]
+        tokens, ended = self.output(token, logprobs_row)
         self.eval_ns += time.perf_counter_ns() - began
-        # Every token is reported, text or not: the consumer's credit counts them.
-        tokens = Tokens(self.request_id, [token], text, logprobs)
-        if self.stops.stopped or is_eos or (self.guide is not None and self.guide.finished):
+        if ended:
             return tokens, self.done("stop")
         if self.generator.is_done() or len(self.prompt_ids) + self.completion_tokens >= self.max_length:
             return tokens, self.done("length")
@@ -145,9 +125,6 @@ class Generation:
             row, _ = self.processor.process(row, self.generator.get_sequence(0))
         self.generator.set_logits(np.ascontiguousarray(row, dtype=np.float32).reshape(np.shape(logits)))
         return row_logprobs
-
-    def _token_logprob(self, token: int, row: np.ndarray) -> TokenLogprob:
-        return token_logprob(token, row, self.start.top_logprobs, self.token_bytes, self.tokenizer)
 
 
 def search_options(search: Search) -> dict[str, Any]:

@@ -14,16 +14,15 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from backends.onnx.generation import GuideFailed
 from backends.onnx.guidance import Guide
 from backends.onnx.processors import LogitsProcessor, log_softmax
 from backends.onnx.protocol import RUN_AHEAD, Done, Start, Tokens
 from backends.onnx.sampler import Sampler
-from backends.onnx.token_text import done_report, token_logprob
+from backends.onnx.token_text import TokenOutput, done_report
 from backends.text.stops import StopMatcher
 
 
-class Sequence:
+class Sequence(TokenOutput):
     def __init__(
         self,
         start: Start,
@@ -74,10 +73,6 @@ class Sequence:
         return warm
 
     @property
-    def request_id(self) -> int:
-        return self.start.request_id
-
-    @property
     def prompt(self) -> np.ndarray:
         return self.ids[: self.prompt_length]
 
@@ -120,18 +115,9 @@ class Sequence:
         self.ids[self.length] = token
         self.length += 1
         self.completion_tokens += 1
-        is_eos = token in self.eos_ids
-        if self.guide is not None and not is_eos:
-            self.guide.consume(token)
-            if self.guide.error:
-                raise GuideFailed(f"the output constraint could not go on: {self.guide.error}")
-        text = self.stops.feed("" if is_eos else self.stream.decode(token))
-        logprobs = None
-        if logprobs_row is not None and not is_eos:
-            logprobs = [token_logprob(token, logprobs_row, self.start.top_logprobs, self.token_bytes, self.tokenizer)]
+        tokens, ended = self.output(token, logprobs_row)
         self.eval_ns += time.perf_counter_ns() - began
-        tokens = Tokens(self.request_id, [token], text, logprobs)
-        if self.stops.stopped or is_eos or (self.guide is not None and self.guide.finished):
+        if ended:
             return tokens, self.done("stop")
         if self.length >= self.budget:
             return tokens, self.done("length")

@@ -1,14 +1,60 @@
-"""What the server gets for a chosen token (its spelling, its logprob entry) and at the end."""
+"""What the server gets for a chosen token (its report: text, logprob entry) and at the end.
+
+Both ways of generating (:class:`~backends.onnx.generation.Generation`, the library's
+Generator; :class:`~backends.onnx.sequence.Sequence`, the batch engine) choose their
+tokens differently and report them here (:class:`TokenOutput`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from adapters.canonical import TokenLogprob, TopLogprob
-from backends.onnx.protocol import Done
+from backends.onnx.protocol import Done, Start, Tokens
 from backends.text.stops import StopMatcher
+
+if TYPE_CHECKING:
+    from backends.onnx.guidance import Guide
+
+
+class GuideFailed(Exception):
+    """The request's grammar could not go on (a parser limit reached mid-reply)."""
+
+
+class TokenOutput:
+    """What a chosen token becomes: the grammar takes it, its text goes through the
+    stop strings, its logprob entry is made when asked, and it may end the generation
+    (end of sequence, a stop string, the grammar's end). Every token is reported, text
+    or not: the consumer's credit counts them."""
+
+    start: Start
+    guide: Guide | None
+    stream: Any  # the tokenizer's detokenising stream
+    stops: StopMatcher
+    eos_ids: frozenset[int]
+    token_bytes: dict[int, bytes] | None
+    tokenizer: Any
+
+    @property
+    def request_id(self) -> int:
+        return self.start.request_id
+
+    def output(self, token: int, logprobs_row: np.ndarray | None) -> tuple[Tokens, bool]:
+        """(``token``'s report, whether it ends the generation); ``logprobs_row``: the
+        log-softmax of the model's own logits when logprobs are asked."""
+        is_eos = token in self.eos_ids
+        if self.guide is not None and not is_eos:
+            self.guide.consume(token)
+            if self.guide.error:
+                raise GuideFailed(f"the output constraint could not go on: {self.guide.error}")
+        text = self.stops.feed("" if is_eos else self.stream.decode(token))
+        logprobs = None
+        if logprobs_row is not None and not is_eos:
+            logprobs = [token_logprob(token, logprobs_row, self.start.top_logprobs, self.token_bytes, self.tokenizer)]
+        ended = self.stops.stopped or is_eos or (self.guide is not None and self.guide.finished)
+        return Tokens(self.request_id, [token], text, logprobs), ended
 
 
 def spell(token: int, token_bytes: dict[int, bytes] | None, tokenizer: Any) -> tuple[str, list[int]]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from backends.onnx.batch import BatchEngine
-from backends.onnx.generation import Generation, GuideFailed
+from backends.onnx.generation import Generation
 from backends.onnx.heap import IdleTrim
 from backends.onnx.loading import sliding_window
 from backends.onnx.preparation import NotPrepared, Prepared, Preparation
@@ -34,6 +34,7 @@ from backends.onnx.protocol import Cancel, Command, Credit, Done, Failed, Ping, 
 from backends.onnx.sampler import Sampler
 from backends.onnx.sampling import processing_active
 from backends.onnx.sequence import Sequence
+from backends.onnx.token_text import GuideFailed
 from backends.onnx.vocab import load_token_bytes
 
 log = logging.getLogger("dragoman.onnx.worker")
