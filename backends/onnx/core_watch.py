@@ -32,8 +32,9 @@ PERIOD = 0.1  # seconds between readings of the counters (a reading costs ~30 µ
 BUSY_CORES = 0.5  # what the other processes together may use, in cores, for it to be quiet
 QUIET_READINGS = 2  # quiet readings in a row before spinning again (a busy one ends it at once)
 # Others busy in bursts would have the engine spin into each burst, up to a reading late
-# each time: every busy reading that ends a spin doubles the quiet needed before the next
-# one, up to MOST_READINGS, and CALM_READINGS quiet in a row bring it back down.
+# each time: every busy reading during which the engine spun doubles the quiet needed
+# before the next spin, up to MOST_READINGS, and CALM_READINGS quiet in a row bring it
+# back down. Others busy while the engine was idle cost nothing and count for nothing.
 MOST_READINGS = 32
 CALM_READINGS = 50
 
@@ -67,10 +68,11 @@ def others_cores(before: CpuReading, after: CpuReading) -> float:
     return max(0.0, (after.machine - before.machine) - (after.own - before.own)) / elapsed
 
 
-def after_reading(quiet: Quiet, others: float) -> Quiet:
-    """The state after a reading in which the other processes used ``others`` cores."""
+def after_reading(quiet: Quiet, others: float, spun: bool) -> Quiet:
+    """The state after a reading in which the other processes used ``others`` cores
+    (and the engine ran spinning passes, or not)."""
     if others >= BUSY_CORES:
-        return Quiet(0, min(quiet.needed * 2, MOST_READINGS) if quiet.spins else quiet.needed)
+        return Quiet(0, min(quiet.needed * 2, MOST_READINGS) if spun else quiet.needed)
     if quiet.streak + 1 >= CALM_READINGS:
         return Quiet(quiet.streak + 1, QUIET_READINGS)
     return Quiet(quiet.streak + 1, quiet.needed)
@@ -109,6 +111,7 @@ class CoreWatch:
         self._read = read
         self._last = read()
         self._quiet = Quiet()
+        self.spun = False  # set by the engine for each spinning pass, cleared at each reading
         self.available = self._last is not None
 
     def quiet(self) -> bool:
@@ -119,7 +122,8 @@ class CoreWatch:
         reading = self._read()
         if reading is None or self._last is None:
             return
-        self._quiet = after_reading(self._quiet, others_cores(self._last, reading))
+        spun, self.spun = self.spun, False
+        self._quiet = after_reading(self._quiet, others_cores(self._last, reading), spun)
         self._last = reading
 
     def start(self) -> None:

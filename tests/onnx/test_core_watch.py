@@ -44,33 +44,43 @@ def test_what_the_other_processes_used(before: CpuReading, after: CpuReading, co
 
 
 @pytest.mark.parametrize(
-    ("before", "others", "after"),
+    ("before", "others", "spun", "after"),
     [
-        (Quiet(0, 2), 0.0, Quiet(1, 2)),  # one quiet reading: not yet
-        (Quiet(1, 2), 0.1, Quiet(2, 2)),  # two: it spins
-        (Quiet(5, 2), BUSY_CORES - 0.01, Quiet(6, 2)),
-        (Quiet(1, 2), BUSY_CORES, Quiet(0, 2)),  # busy before it spun: the count starts again
-        (Quiet(5, 2), 1.7, Quiet(0, 4)),  # busy while it spun: twice the quiet before the next spin
-        (Quiet(9, 8), 1.0, Quiet(0, 16)),
-        (Quiet(MOST_READINGS, MOST_READINGS), 1.0, Quiet(0, MOST_READINGS)),  # at most this
-        (Quiet(CALM_READINGS - 2, 16), 0.0, Quiet(CALM_READINGS - 1, 16)),
-        (Quiet(CALM_READINGS - 1, 16), 0.0, Quiet(CALM_READINGS, QUIET_READINGS)),  # calm long enough: back down
+        (Quiet(0, 2), 0.0, False, Quiet(1, 2)),  # one quiet reading: not yet
+        (Quiet(1, 2), 0.1, False, Quiet(2, 2)),  # two: it spins
+        (Quiet(5, 2), BUSY_CORES - 0.01, True, Quiet(6, 2)),
+        (Quiet(1, 2), BUSY_CORES, False, Quiet(0, 2)),  # busy: the count starts again
+        (Quiet(5, 2), 1.7, True, Quiet(0, 4)),  # busy while it spun: twice the quiet before the next spin
+        (Quiet(5, 2), 1.7, False, Quiet(0, 2)),  # busy while the engine was idle: no harm done, no back-off
+        (Quiet(9, 8), 1.0, True, Quiet(0, 16)),
+        (Quiet(MOST_READINGS, MOST_READINGS), 1.0, True, Quiet(0, MOST_READINGS)),  # at most this
+        (Quiet(CALM_READINGS - 2, 16), 0.0, False, Quiet(CALM_READINGS - 1, 16)),
+        (Quiet(CALM_READINGS - 1, 16), 0.0, True, Quiet(CALM_READINGS, QUIET_READINGS)),  # calm long enough: back down
     ],
 )
-def test_each_reading_moves_the_state(before: Quiet, others: float, after: Quiet) -> None:
-    assert after_reading(before, others) == after
+def test_each_reading_moves_the_state(before: Quiet, others: float, spun: bool, after: Quiet) -> None:
+    assert after_reading(before, others, spun) == after
 
 
 def test_others_busy_in_bursts_make_it_wait_longer_each_time() -> None:
     quiet, spun_into_bursts = Quiet(), 0
-    for _ in range(10):  # bursts of one reading every five readings
+    for _ in range(10):  # bursts of one reading every five readings, the engine busy throughout
         for others in (0.0, 0.0, 0.0, 0.0, 1.0):
-            if others and quiet.spins:
+            spun = quiet.spins
+            if others and spun:
                 spun_into_bursts += 1
-            quiet = after_reading(quiet, others)
+            quiet = after_reading(quiet, others, spun)
     # Two and then four quiet readings were enough to spin into the next burst; the eight
     # it then waits for never come, so it spins into two bursts of fifty, not forty.
     assert spun_into_bursts == 2 and quiet.needed == 8
+
+
+def test_others_busy_while_the_engine_is_idle_do_not_make_it_wait_longer() -> None:
+    quiet = Quiet()
+    for _ in range(10):  # the same bursts, but the engine idle between requests
+        for others in (0.0, 0.0, 0.0, 0.0, 1.0):
+            quiet = after_reading(quiet, others, spun=False)
+    assert quiet.needed == QUIET_READINGS
 
 
 class Counters:
@@ -95,6 +105,7 @@ def test_quiet_only_after_enough_quiet_readings_and_busy_at_once() -> None:
     said = []
     for others in [0.1] * QUIET_READINGS + [1.0] + [0.0] * 2 * QUIET_READINGS:
         counters.advance(others)
+        watch.spun = watch.quiet()  # the engine runs passes throughout, spinning when told
         watch.update()
         said.append(watch.quiet())
     # Busy while it spun: it then waits for twice the quiet readings.
