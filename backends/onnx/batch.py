@@ -62,7 +62,6 @@ class BatchEngine:
         self.step_seconds: float | None = None  # decode pass, moving average
         self.chunk = 8  # prefill chunk while others decode, adjusted to PREFILL_BUDGET
         self.to_keep: list[Sequence] = []  # prompts prefilled in the last step, not yet cached
-        self.to_warm: list[Sequence] = []  # replies that ended in the last step, their warm-ups not begun
 
     @property
     def active(self) -> bool:
@@ -72,7 +71,7 @@ class BatchEngine:
     def runnable(self) -> bool:
         """Something to compute: a prompt to prefill or to cache, or a generation its
         consumer keeps up with."""
-        return bool(self.prefilling or self.to_keep or self.to_warm) or any(s.runnable for s in self.decoding)
+        return bool(self.prefilling or self.to_keep) or any(s.runnable for s in self.decoding)
 
     def find(self, request_id: int) -> Sequence | None:
         return next((s for s in self.sequences() if s.request_id == request_id), None)
@@ -109,7 +108,7 @@ class BatchEngine:
     def reset(self) -> list[Sequence]:
         """Drop every sequence (after a failed pass); returns the requests' ones."""
         dropped = [s for s in self.sequences() if not s.warm]
-        self.decoding, self.prefilling, self.to_keep, self.to_warm = [], [], [], []  # a failed pass: the rows may be damaged
+        self.decoding, self.prefilling, self.to_keep = [], [], []  # a failed pass: the rows may be damaged
         self.slab.release()
         return dropped
 
@@ -140,7 +139,6 @@ class BatchEngine:
     def step(self) -> list[tuple[Sequence, Report]]:
         """One decode pass and at most one prefill chunk → the reports they produce."""
         self._keep_finished()
-        self._begin_warm_ups()
         reports: list[tuple[Sequence, Report]] = []
         if any(s.runnable for s in self.decoding):
             reports += self._decode()
@@ -186,7 +184,7 @@ class BatchEngine:
                     replied.append(sequence)
         for sequence in finished:
             self._retire(sequence)
-        self.to_warm += replied
+        self._begin_warm_ups(replied)
         return reports
 
     def _runnable_first(self) -> int:
@@ -248,7 +246,7 @@ class BatchEngine:
         if chosen and isinstance(chosen[-1], (Done, Failed)):
             self._retire(sequence)
             if isinstance(chosen[-1], Done):
-                self.to_warm.append(sequence)
+                self._begin_warm_ups([sequence])
         return [(sequence, r) for r in chosen]
 
     def _chunk_size(self, pending: int) -> int:
@@ -289,11 +287,12 @@ class BatchEngine:
         if not sequence.warm:
             self.cache.reused_tokens += usable
 
-    def _begin_warm_ups(self) -> None:
-        """The warm-ups of the replies that ended in the last step. Begun a step later,
-        so the step that ends a reply returns its Done at once: begun in it, the
-        warm-up's cache read and first chunk held the Done back 70-150 ms."""
-        replied, self.to_warm = self.to_warm, []
+    def _begin_warm_ups(self, replied: list[Sequence]) -> None:
+        """The warm-ups of the replies that ended in this step. Begun in it, they hold
+        its Done back by the cache read and a first chunk (70-150 ms here); begun in the
+        next step, after the Done went out, they held back whichever request came next
+        instead, another conversation's too (a shared system prompt: 250-320 against 90
+        ms), as the engine takes commands only between steps."""
         for sequence in replied:
             try:
                 self._warm_up(sequence)
