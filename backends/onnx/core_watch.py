@@ -30,25 +30,7 @@ SpinChoice = bool | Literal["auto"]  # the ``spin`` setting: always, never, or w
 
 PERIOD = 0.1  # seconds between readings of the counters (a reading costs ~30 µs)
 BUSY_CORES = 0.5  # what the other processes together may use, in cores, for it to be quiet
-QUIET_READINGS = 2  # quiet readings in a row before spinning again (a busy one ends it at once)
-# Others busy in bursts would have the engine spin into each burst, up to a reading late
-# each time: every busy reading during which the engine spun doubles the quiet needed
-# before the next spin, up to MOST_READINGS, and CALM_READINGS quiet in a row bring it
-# back down. Others busy while the engine was idle cost nothing and count for nothing.
-MOST_READINGS = 32
-CALM_READINGS = 50
-
-
-@dataclass(frozen=True)
-class Quiet:
-    """Quiet readings in a row, and how many it takes to spin."""
-
-    streak: int = 0
-    needed: int = QUIET_READINGS
-
-    @property
-    def spins(self) -> bool:
-        return self.streak >= self.needed
+QUIET_READINGS = 2  # quiet readings in a row before spinning again (a burst of the others ends it at once)
 
 
 @dataclass(frozen=True)
@@ -68,14 +50,10 @@ def others_cores(before: CpuReading, after: CpuReading) -> float:
     return max(0.0, (after.machine - before.machine) - (after.own - before.own)) / elapsed
 
 
-def after_reading(quiet: Quiet, others: float, spun: bool) -> Quiet:
-    """The state after a reading in which the other processes used ``others`` cores
-    (and the engine ran spinning passes, or not)."""
-    if others >= BUSY_CORES:
-        return Quiet(0, min(quiet.needed * 2, MOST_READINGS) if spun else quiet.needed)
-    if quiet.streak + 1 >= CALM_READINGS:
-        return Quiet(quiet.streak + 1, QUIET_READINGS)
-    return Quiet(quiet.streak + 1, quiet.needed)
+def quiet_streak(streak: int, others: float) -> int:
+    """Quiet readings in a row, after one in which the others used ``others`` cores:
+    a busy reading starts the count again."""
+    return streak + 1 if others < BUSY_CORES else 0
 
 
 def read_cpu(clock: Callable[[], float] = time.monotonic) -> CpuReading | None:
@@ -105,26 +83,26 @@ class CoreWatch:
     """``quiet()``: whether the other processes have left the cores alone lately. A
     thread of its own reads the counters every ``PERIOD`` seconds (``start``), so the
     answer is fresh however long the engine was idle: a request that comes just after
-    another process's burst runs sleeping for two periods, then spins."""
+    another process's burst runs sleeping for at most two periods, then spins."""
 
     def __init__(self, read: Callable[[], CpuReading | None] = read_cpu) -> None:
         self._read = read
         self._last = read()
-        self._quiet = Quiet()
-        self.spun = False  # set by the engine for each spinning pass, cleared at each reading
+        self._streak = 0
+        self._said_quiet = False
         self.available = self._last is not None
 
     def quiet(self) -> bool:
-        return self._quiet.spins
+        return self._said_quiet
 
     def update(self) -> None:
         """Read the counters and compare them with the last reading."""
         reading = self._read()
         if reading is None or self._last is None:
             return
-        spun, self.spun = self.spun, False
-        self._quiet = after_reading(self._quiet, others_cores(self._last, reading), spun)
+        self._streak = quiet_streak(self._streak, others_cores(self._last, reading))
         self._last = reading
+        self._said_quiet = self._streak >= QUIET_READINGS
 
     def start(self) -> None:
         """Read every ``PERIOD`` seconds, on a daemon thread, for as long as the process runs."""

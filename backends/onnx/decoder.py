@@ -190,8 +190,6 @@ class Decoder:
             binding.bind_output("logits", "cpu")
         (self._spinning if spinning else self.session).run_with_iobinding(binding)
         self.passes["spinning" if spinning else "sleeping"] += 1
-        if spinning:
-            self._watch.spun = True  # type: ignore[union-attr]
         if not self.vocab_size:
             logits = binding.get_outputs()[-1].numpy()
         return logits
