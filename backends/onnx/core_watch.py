@@ -56,7 +56,7 @@ def quiet_streak(streak: int, others: float) -> int:
     return streak + 1 if others < BUSY_CORES else 0
 
 
-def read_cpu(clock: Callable[[], float] = time.monotonic) -> CpuReading | None:
+def read_cpu() -> CpuReading | None:
     """The counters now; None where the kernel does not give them (not Linux)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -73,7 +73,7 @@ def read_cpu(clock: Callable[[], float] = time.monotonic) -> CpuReading | None:
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
     own = os.times()
     return CpuReading(
-        at=clock(),
+        at=time.monotonic(),
         machine=(user + nice + system + irq + softirq + steal) / ticks,
         own=own.user + own.system,
     )

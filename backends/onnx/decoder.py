@@ -155,7 +155,7 @@ class Decoder:
         the last one ``[vocab]``."""
         return self._run(slab, row, tokens.reshape(1, -1), np.array([start + len(tokens)]))[0, -1]
 
-    def _binding(self, slab: KvSlab, first: int, rows: int, spinning: bool) -> Any:
+    def _binding(self, slab: KvSlab, first: int, rows: int, session: Any, spinning: bool) -> Any:
         """An IO binding with the cache rows bound in place. Binding the 2 × layers
         buffers costs ~1.5 ms (a tenth of a token step here), so bindings are kept while
         the slab's memory stays where it is."""
@@ -166,7 +166,7 @@ class Decoder:
         if binding is None:
             if len(self._bindings) >= MAX_BINDINGS:
                 self._bindings.pop(next(iter(self._bindings)))
-            binding = (self._spinning if spinning else self.session).io_binding()
+            binding = session.io_binding()
             shape = (rows, self.layout.kv_heads, slab.capacity, self.layout.head_size)
             for view, past, present in zip(slab.layer_views(first, rows), self.past, self.present, strict=True):
                 pointer = view.ctypes.data
@@ -180,7 +180,8 @@ class Decoder:
         width = int(totals.max())
         assert width <= slab.capacity
         spinning = self._spinning is not None and self._watch is not None and self._watch.quiet()
-        binding = self._binding(slab, first, rows, spinning)
+        session = self._spinning if spinning else self.session
+        binding = self._binding(slab, first, rows, session, spinning)
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, dtype=self._ids_dtype))
         binding.bind_cpu_input("attention_mask", (np.arange(width)[None, :] < totals[:, None]).astype(np.int64))
         logits = np.empty((rows, steps, self.vocab_size or 1), dtype=np.float32)
@@ -188,7 +189,7 @@ class Decoder:
             binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
         else:
             binding.bind_output("logits", "cpu")
-        (self._spinning if spinning else self.session).run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         self.passes["spinning" if spinning else "sleeping"] += 1
         if not self.vocab_size:
             logits = binding.get_outputs()[-1].numpy()
