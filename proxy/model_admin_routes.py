@@ -22,6 +22,7 @@ from litestar.response import Stream
 
 from adapters.errors import DragomanError, ModelNotFound, RequestError
 from adapters.ollama import render_error
+from adapters.ollama.wire import GoRequest
 from backends.base import Backend
 from backends.pull import ProgressCallback, PullProgress, Pullable, buildable
 from proxy.models import ModelTable
@@ -33,11 +34,11 @@ _encoder = msgspec.json.Encoder()
 _SUCCESS = PullProgress(status="success")
 
 
-class PullRequest(msgspec.Struct):
+class PullRequest(GoRequest):
     model: str | None = None
     name: str | None = None  # older clients send "name"
-    stream: bool = True
-    insecure: bool = False  # accepted, meaningless here
+    stream: bool | None = True
+    insecure: bool | None = False  # accepted, meaningless here
 
 
 class NotConfigured(DragomanError):

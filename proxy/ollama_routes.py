@@ -16,7 +16,7 @@ from litestar.response import Stream
 
 from adapters import ollama
 from adapters.canonical import SamplingOptions
-from adapters.ollama.wire import TagDetails
+from adapters.ollama.wire import GoRequest, TagDetails
 from adapters.errors import RequestError
 from backends.base import Backend, LoadedModel, ModelDetails
 from config import ModelRoute
@@ -55,10 +55,10 @@ class RunningList(msgspec.Struct):
     models: list[RunningModel]
 
 
-class ShowRequest(msgspec.Struct):
+class ShowRequest(GoRequest):
     model: str | None = None
     name: str | None = None  # older clients send "name"
-    verbose: bool = False
+    verbose: bool | None = False
 
 
 class ShowResponse(msgspec.Struct):

@@ -13,13 +13,13 @@ from msgspec import Meta
 from adapters.canonical import EmbedRequest, EmbedResult, Timings
 from adapters.errors import RequestError
 from adapters.ollama.convert import parse_keep_alive
-from adapters.ollama.wire import ModelOptions
+from adapters.ollama.wire import GoRequest, ModelOptions
 from adapters.upstream_json import Unreadable, read_json
 
 Dimensions = Annotated[int, Meta(ge=1, le=65536)]
 
 
-class EmbedWireRequest(msgspec.Struct, omit_defaults=True):
+class EmbedWireRequest(GoRequest, omit_defaults=True):
     """``input`` is a string or a list of strings; missing or empty means "load"."""
 
     model: str
@@ -38,9 +38,9 @@ class EmbedWireResponse(msgspec.Struct, omit_defaults=True):
     prompt_eval_count: int | None = None
 
 
-class LegacyEmbeddingRequest(msgspec.Struct, omit_defaults=True):
+class LegacyEmbeddingRequest(GoRequest, omit_defaults=True):
     model: str
-    prompt: str = ""
+    prompt: str | None = ""
     keep_alive: float | str | None = None
     options: ModelOptions | None = None
 

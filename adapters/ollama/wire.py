@@ -7,6 +7,7 @@ as real clients send extras. Values that types cannot check (``think`` strings, 
 
 All request Structs use ``omit_defaults`` so that :func:`convert.to_upstream` writes
 only what was set; response Structs use it so optional fields are absent, never null.
+Request Structs derive from :class:`GoRequest`: JSON ``null`` is the field left out.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
-from msgspec import Meta
+from msgspec import NODEFAULT, Meta
 
 UnitInterval = Annotated[float, Meta(ge=0.0, le=1.0)]
 # JSON integers are unbounded; Ollama (Go) and our backends take 64 bits.
@@ -29,42 +30,71 @@ Count = Annotated[int, Meta(ge=0, le=2**63 - 1)] | Annotated[float, Meta(ge=0, l
 # -- request ---------------------------------------------------------------------------
 
 
-class ToolCallFunction(msgspec.Struct, kw_only=True):
-    index: int = 0
+class GoRequest(msgspec.Struct):
+    """A request read as Ollama's Go server reads it: ``encoding/json`` decodes ``null``
+    into a field's zero value or a nil pointer, and Ollama treats both as the field left
+    out (``stream: null`` streams, ``format: null`` is no format). So an optional field
+    is typed ``T | None`` and ``null`` becomes its default here; a required field
+    (``model``, ``role``, ``name``) still refuses ``null``, naming itself."""
+
+    def __post_init__(self) -> None:
+        for name, default in _null_defaults(type(self)):
+            if getattr(self, name) is None:
+                setattr(self, name, default())
+
+
+_NULL_DEFAULTS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _null_defaults(cls: type) -> tuple[tuple[str, Any], ...]:
+    """``(field, make_default)`` for the fields of ``cls`` whose default is not None."""
+    found = _NULL_DEFAULTS.get(cls)
+    if found is None:
+        found = tuple(
+            (f.name, f.default_factory if f.default is NODEFAULT else (lambda value=f.default: value))
+            for f in msgspec.structs.fields(cls)
+            if f.default is not None and (f.default is not NODEFAULT or f.default_factory is not NODEFAULT)
+        )
+        _NULL_DEFAULTS[cls] = found
+    return found
+
+
+class ToolCallFunction(GoRequest, kw_only=True):
+    index: int | None = 0
     name: str
     # An object on Ollama's wire; a JSON string (OpenAI's habit) is accepted too.
-    arguments: dict[str, Any] | str = msgspec.field(default_factory=dict)
+    arguments: dict[str, Any] | str | None = msgspec.field(default_factory=dict)
 
 
-class ToolCall(msgspec.Struct, omit_defaults=True, kw_only=True):
+class ToolCall(GoRequest, omit_defaults=True, kw_only=True):
     id: str | None = None
     function: ToolCallFunction
 
 
-class ToolDefinitionFunction(msgspec.Struct, omit_defaults=True):
+class ToolDefinitionFunction(GoRequest, omit_defaults=True):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
-class ToolDefinition(msgspec.Struct, kw_only=True):
-    type: str = "function"
+class ToolDefinition(GoRequest, kw_only=True):
+    type: str | None = "function"
     function: ToolDefinitionFunction
 
 
-class FunctionName(msgspec.Struct):
+class FunctionName(GoRequest):
     name: str
 
 
-class NamedToolChoice(msgspec.Struct):
+class NamedToolChoice(GoRequest):
     function: FunctionName
-    type: str = "function"
+    type: str | None = "function"
 
 
-class ChatMessage(msgspec.Struct, omit_defaults=True):
+class ChatMessage(GoRequest, omit_defaults=True):
     # A plain string: Ollama lower-cases roles, and convert names the bad one.
     role: str
-    content: str = ""
+    content: str | None = ""
     thinking: str | None = None
     images: list[str] | None = None
     tool_calls: list[ToolCall] | None = None
@@ -73,7 +103,8 @@ class ChatMessage(msgspec.Struct, omit_defaults=True):
 
 
 class ModelOptions(msgspec.Struct, omit_defaults=True):
-    """The seed spec's options plus the two penalties Ollama also takes."""
+    """The seed spec's options plus the two penalties Ollama also takes. Every option
+    defaults to None, so ``null`` is already "not set" (Ollama skips a nil option)."""
 
     seed: OptionInt | None = None
     temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
@@ -108,47 +139,47 @@ class ModelOptions(msgspec.Struct, omit_defaults=True):
 _INTEGER_OPTIONS = ("seed", "top_k", "num_ctx", "num_predict", "repeat_last_n", "mirostat")
 
 
-class ChatRequest(msgspec.Struct, omit_defaults=True):
+class ChatRequest(GoRequest, omit_defaults=True):
     model: str
     # Empty (or absent, as Go reads it) means "load the model".
-    messages: list[ChatMessage] = msgspec.field(default_factory=list)
+    messages: list[ChatMessage] | None = msgspec.field(default_factory=list)
     tools: list[ToolDefinition] | None = None
     # "json" or a JSON Schema object; any other string is refused by convert.
     format: str | dict[str, Any] | None = None
-    stream: bool = True
+    stream: bool | None = True
     # true / false / "low" / "medium" / "high"; strings are checked by convert.
     think: bool | str | None = None
     # Seconds as a number, or a Go duration string such as "5m".
     keep_alive: float | str | None = None
     options: ModelOptions | None = None
-    logprobs: bool = False
-    top_logprobs: Annotated[int, Meta(ge=0, le=20)] = 0
+    logprobs: bool | None = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = 0
     # Extension (Ollama has no tool_choice): OpenAI's spelling. A dragoman upstream
     # honours it; Ollama ignores it, which dragoman's ollama backend checks for.
     tool_choice: str | NamedToolChoice | None = None
 
 
-class GenerateRequest(msgspec.Struct, omit_defaults=True):
+class GenerateRequest(GoRequest, omit_defaults=True):
     """``POST /api/generate`` as Ollama's ``api.GenerateRequest``."""
 
     model: str
     # Empty means "load the model" (with keep_alive 0: unload it).
-    prompt: str = ""
-    suffix: str = ""  # "" is no suffix, as in Go
-    system: str = ""
+    prompt: str | None = ""
+    suffix: str | None = ""  # "" is no suffix, as in Go
+    system: str | None = ""
     # Go templates are not rendered: convert refuses a non-empty one, naming it.
-    template: str = ""
+    template: str | None = ""
     # Deprecated token memory of an earlier reply: accepted and ignored.
     context: list[int] | None = None
-    stream: bool = True
-    raw: bool = False
+    stream: bool | None = True
+    raw: bool | None = False
     format: str | dict[str, Any] | None = None
     keep_alive: float | str | None = None
     images: list[str] | None = None
     options: ModelOptions | None = None
     think: bool | str | None = None
-    logprobs: bool = False
-    top_logprobs: Annotated[int, Meta(ge=0, le=20)] = 0
+    logprobs: bool | None = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = 0
 
 
 # -- response --------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import msgspec
 import ollama
 import openai
 import pytest
@@ -149,3 +150,29 @@ def test_the_official_clients_see_the_400(scripted_server: RunningServer) -> Non
     with pytest.raises(ollama.ResponseError) as failed:
         ol.chat(model="scripted", messages=USER, options={"num_predict": "5"})  # type: ignore[dict-item]
     assert failed.value.status_code == 400 and "options.num_predict" in failed.value.error
+
+
+def test_ollama_null_fields_mean_left_out_over_http(scripted_server: RunningServer) -> None:
+    """Clients built on raw JSON send ``null`` for what they leave unset; Ollama's Go
+    server reads it as the field left out (tests/adapters/test_ollama_nulls.py has the
+    table): ``stream: null`` streams NDJSON, ``messages: null`` loads the model."""
+    nulls = {"format": None, "tools": None, "keep_alive": None, "think": None, "options": None, "logprobs": None,
+             "top_logprobs": None}
+    with httpx.stream("POST", scripted_server.url + OLLAMA_CHAT, timeout=30,
+                      json={"model": "scripted", "messages": [{"role": "user", "content": "hi", "images": None,
+                                                               "tool_calls": None}], "stream": None, **nulls}) as reply:
+        assert reply.status_code == 200 and reply.headers["content-type"] == "application/x-ndjson"
+        lines = [msgspec.json.decode(line) for line in reply.iter_lines() if line]
+    assert len(lines) > 1 and lines[-1]["done"] is True and not any("error" in line for line in lines)
+    loaded = httpx.post(scripted_server.url + OLLAMA_CHAT, json={"model": "scripted", "messages": None, "stream": False},
+                        timeout=30)
+    assert loaded.status_code == 200 and loaded.json()["done_reason"] == "load", loaded.text
+    generated = httpx.post(scripted_server.url + GENERATE, timeout=30, json={
+        "model": "scripted", "prompt": "hi", "stream": False, "suffix": None, "system": None, "template": None,
+        "raw": None, "context": None, "images": None, **nulls})
+    assert generated.status_code == 200 and generated.json()["done"] is True, generated.text
+    shown = httpx.post(scripted_server.url + "/api/show", json={"model": "scripted", "verbose": None}, timeout=30)
+    assert shown.status_code == 200, shown.text
+    # a wrong type is still the 400 naming the field
+    refused = httpx.post(scripted_server.url + OLLAMA_CHAT, json={"model": "scripted", "stream": "no"}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"].startswith("stream: ")
