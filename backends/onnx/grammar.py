@@ -68,10 +68,16 @@ def _call_schema(tool: Tool) -> dict[str, Any]:
     # model invents keys forever.
     if "properties" in parameters:
         parameters.setdefault("additionalProperties", False)
-    return {
+    call: dict[str, Any] = {
         "type": "object",
         "properties": {"name": {"const": tool.name}, "arguments": parameters},
         "required": ["name", "arguments"],
         "additionalProperties": False,
         "x-guidance": STRICT_WHITESPACE,
     }
+    # The call is the schema's root now, so "#/$defs/X" (what Pydantic, zod and MCP
+    # servers write) resolves against it: the definitions move up to where it looks.
+    for key in ("$defs", "definitions"):
+        if key in parameters:
+            call[key] = parameters.pop(key)
+    return call

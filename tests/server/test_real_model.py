@@ -113,6 +113,49 @@ def test_required_tool_call_is_valid(oa: openai.OpenAI, ol: ollama.Client) -> No
         assert isinstance(tool_call.function.arguments, dict)
 
 
+# Pydantic's model_json_schema(), zod-to-json-schema and MCP servers keep shared types in
+# ``$defs`` and point at them with ``#/$defs/…`` from the root of the parameters.
+DEFS_PARAMETERS = {
+    "$defs": {"Unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"$ref": "#/$defs/Unit"}},
+    "required": ["city", "unit"],
+}
+
+
+def test_a_forced_tool_whose_parameters_use_defs_is_called_in_every_dialect(
+    oa: openai.OpenAI, real_server: RunningServer
+) -> None:
+    """Forced calls were a 400 ("Pointer '/$defs/Unit' does not exist") in every
+    dialect: the parameters sit inside the call's schema, so their ``#/$defs`` refs
+    looked at the wrong root."""
+    import anthropic
+
+    ask = [{"role": "user", "content": "What's the weather in Paris?"}]
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": DEFS_PARAMETERS}}
+    reply = oa.chat.completions.create(model="smollm2:135m", messages=ask, tools=[tool], tool_choice="required", max_tokens=60)
+    jsonschema.validate(json.loads(reply.choices[0].message.tool_calls[0].function.arguments), DEFS_PARAMETERS)
+    claude = anthropic.Anthropic(base_url=real_server.url, api_key="unused", max_retries=0)
+    message = claude.messages.create(
+        model="smollm2:135m", max_tokens=60, messages=ask, tool_choice={"type": "tool", "name": "get_weather"},
+        tools=[{"name": "get_weather", "input_schema": DEFS_PARAMETERS}],
+    )
+    used = [block for block in message.content if block.type == "tool_use"]
+    assert message.stop_reason == "tool_use" and used[0].name == "get_weather"
+    jsonschema.validate(used[0].input, DEFS_PARAMETERS)
+    response = oa.responses.create(
+        model="smollm2:135m", input="What's the weather in Paris?", max_output_tokens=60, tool_choice="required",
+        tools=[{"type": "function", "name": "get_weather", "parameters": DEFS_PARAMETERS, "strict": False}],
+    )
+    calls = [item for item in response.output if item.type == "function_call"]
+    jsonschema.validate(json.loads(calls[0].arguments), DEFS_PARAMETERS)
+    native = httpx.post(real_server.url + "/api/chat", timeout=60, json={
+        "model": "smollm2:135m", "messages": ask, "stream": False, "tools": [tool], "tool_choice": "required",
+        "options": {"num_predict": 60}})
+    assert native.status_code == 200, native.text
+    jsonschema.validate(native.json()["message"]["tool_calls"][0]["function"]["arguments"], DEFS_PARAMETERS)
+
+
 def test_tool_choice_none_forbids_calls(oa: openai.OpenAI) -> None:
     ask = [{"role": "user", "content": "What's the weather in Paris?"}]
     reply = oa.chat.completions.create(model="smollm2:135m", messages=ask, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=30)
