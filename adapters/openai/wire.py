@@ -108,8 +108,9 @@ class ChatCompletionRequest(msgspec.Struct):
     messages: list[ChatCompletionMessage]
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    max_tokens: Int64 | None = None
-    max_completion_tokens: Int64 | None = None
+    # OpenAI refuses a negative count; taken, it meant "until the context is full".
+    max_tokens: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    max_completion_tokens: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
     frequency_penalty: Penalty | None = None
     presence_penalty: Penalty | None = None
     seed: Int64 | None = None

@@ -47,6 +47,8 @@ REFUSED = [
     # (path, fields merged into the body, the field the error names)
     (CHAT, {"max_tokens": "5"}, "max_tokens"),
     (CHAT, {"max_tokens": 5.0}, "max_tokens"),
+    (CHAT, {"max_tokens": -1}, "max_tokens"),  # was taken as "until the context is full"
+    (CHAT, {"max_completion_tokens": -5}, "max_completion_tokens"),
     (CHAT, {"temperature": "0.5"}, "temperature"),
     (CHAT, {"stream": 1}, "stream"),
     (CHAT, {"stream": "true"}, "stream"),
