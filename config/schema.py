@@ -54,6 +54,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_message_chars: int = 2_000_000  # characters of one message's text
     max_prompt_chars: int = 8_000_000  # characters of all messages' text together
     max_json_depth: int = 64  # nesting of free-form JSON: schemas, tool parameters and arguments
+    # Messages (Responses: input items) of one request, counted before they are converted:
+    # 300k tiny ones fit in the body limit and held the event loop for seconds.
+    max_messages: int = 10_000
     schema: SchemaBudget = SchemaBudget()  # JSON schemas compiled into grammars
 
 

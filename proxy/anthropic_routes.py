@@ -23,7 +23,7 @@ from adapters.errors import ModelNotFound
 from proxy.auth import client_authorization
 from proxy.chat import collect, count_tokens, encode_stream, start_chat
 from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
-from proxy.limits import page_limit
+from proxy.limits import check_message_count, page_limit
 from proxy.models import ModelTable
 from proxy.openapi_responses import ANTHROPIC_COUNT, ANTHROPIC_MESSAGES
 from proxy.record import SCOPE_KEY
@@ -53,6 +53,7 @@ async def messages(
     request: Request[Any, Any, Any], data: JSONBody[wire.MessagesRequest], models: NamedDependency[ModelTable]
 ) -> Response[bytes]:
     record = request.scope[SCOPE_KEY]
+    check_message_count(len(data.messages), models.limits)
     canonical = anthropic.to_canonical(data, await _fetched(models, data.model, data.messages))
     chat = await start_chat(models, canonical, record, authorization=client_authorization(request))
     if data.stream:
@@ -74,6 +75,7 @@ async def messages_count_tokens(
     request: Request[Any, Any, Any], data: JSONBody[wire.CountTokensRequest], models: NamedDependency[ModelTable]
 ) -> wire.TokenCount:
     record = request.scope[SCOPE_KEY]
+    check_message_count(len(data.messages), models.limits)
     canonical = anthropic.count_request(data, await _fetched(models, data.model, data.messages))
     return wire.TokenCount(input_tokens=await count_tokens(models, canonical, record))
 

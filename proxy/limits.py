@@ -72,6 +72,17 @@ def check_request(request: ChatRequest | CompletionRequest, limits: Limits) -> N
         raise PayloadTooLarge(f"{param}: images total {total} bytes; the limit is {limits.max_image_bytes}", param=param)
 
 
+def check_message_count(count: int, limits: Limits, field: str = "messages") -> None:
+    """Refuse a conversation longer than allowed before it is converted: the
+    conversion, the bounds below and the template all cost time per message."""
+    if count > limits.max_messages:
+        raise RequestError(
+            f"{field}: {count} messages in one request; the limit is {limits.max_messages} "
+            "(server.limits.max_messages)",
+            param=field,
+        )
+
+
 def check_prompts(count: int, limits: Limits) -> None:
     """Refuse a ``/v1/completions`` prompt list longer than allowed, before any runs."""
     if count > limits.max_prompts:

@@ -21,6 +21,7 @@ from adapters.errors import RequestError
 from backends.base import Backend, LoadedModel, ModelDetails
 from config import ModelRoute
 from proxy.chat import collect, encode_stream, start_chat
+from proxy.limits import check_message_count
 from proxy.models import ModelTable
 from proxy.openapi_responses import OLLAMA_CHAT, OLLAMA_SHOW
 from proxy.record import SCOPE_KEY
@@ -80,6 +81,7 @@ class VersionResponse(msgspec.Struct):
 @post("/api/chat", status_code=200, summary="Generate a chat completion", tags=["Ollama"], responses=OLLAMA_CHAT)
 async def chat(request: Request[Any, Any, Any], data: JSONBody[ollama.ChatRequest], models: NamedDependency[ModelTable]) -> Response[bytes]:
     record = request.scope[SCOPE_KEY]
+    check_message_count(len(data.messages or ()), models.limits)
     canonical = ollama.to_canonical(data)
     if not canonical.messages:
         return await load_or_unload(models, canonical.model, canonical.keep_alive, ollama.render_load_response)

@@ -16,6 +16,7 @@ from adapters.errors import ModelNotFound
 from adapters.openai.remote_images import image_part_count, remote_image_urls, with_fetched_images
 from proxy import anthropic_routes
 from proxy.chat import collect, encode_stream, start_chat
+from proxy.limits import check_message_count
 from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.models import ModelTable
 from proxy.openapi_responses import OPENAI_CHAT, OPENAI_MODEL
@@ -46,6 +47,7 @@ async def chat_completions(
     request: Request[Any, Any, Any], data: JSONBody[openai.ChatCompletionRequest], models: NamedDependency[ModelTable]
 ) -> Response[bytes]:
     record = request.scope[SCOPE_KEY]
+    check_message_count(len(data.messages), models.limits)
     fetch = models.config.server.image_fetch
     if fetch.enabled and (urls := remote_image_urls(data)):
         check_before_fetching(models, data.model, image_part_count(data))

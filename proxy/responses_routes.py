@@ -26,7 +26,7 @@ from adapters.responses import wire
 from proxy.auth import client_authorization, key_owner
 from proxy.chat import Chat, collect, encode_stream, start_chat
 from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
-from proxy.limits import page_limit
+from proxy.limits import check_message_count, page_limit
 from proxy.models import ModelTable
 from proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED, RESPONSES_ITEMS, RESPONSES_STORED
 from proxy.record import SCOPE_KEY, RequestRecord
@@ -71,6 +71,7 @@ async def create_response(
     if skipped := responses.builtin_tools(data):
         log.info("built-in tools are not offered to the model", tools=skipped, model=data.model)
     items = responses.input_items(data)
+    check_message_count(len(history) + len(items), models.limits, "input")
     canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await _fetched(models, data.model, items))
     keep = data.store is not False and not isinstance(response_store, NoStore)
     context = msgspec.json.encode([*history, *(responses.stored_item(item) for item in items)]) if keep else b""

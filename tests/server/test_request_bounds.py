@@ -181,3 +181,28 @@ def test_completions_are_bounded_too(scripted_server: RunningServer) -> None:
     assert stops.json()["error"]["message"] == "stop: 17 stop strings; the limit is 16 (server.limits.max_stop)"
     deep = httpx.post(scripted_server.url + "/api/generate", json={"model": "scripted", "prompt": "hi", "stream": False, "format": nested(65)})
     assert deep.status_code == 400 and deep.json()["error"].startswith("format: JSON nested more than 64 levels deep")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/chat/completions", {"max_tokens": 3}, "messages"),
+        ("/api/chat", {"stream": False}, "messages"),
+        ("/v1/messages", {"max_tokens": 3}, "messages"),
+        ("/v1/messages/count_tokens", {}, "messages"),
+        ("/v1/responses", {}, "input"),
+    ],
+)
+def test_too_many_messages_are_refused_before_they_are_converted(
+    scripted_server: RunningServer, path: str, body: dict[str, Any], field: str
+) -> None:
+    """300k tiny messages fit in the body limit (12 MB) and held the event loop for 2-3 s
+    in every dialect (converting, bounding and rendering them), stalling every stream."""
+    many = [{"role": "user", "content": "hi"}] * 10_001
+    conversation = {"input": many} if path == "/v1/responses" else {"messages": many}
+    reply = httpx.post(scripted_server.url + path, json={"model": "scripted", **conversation, **body}, timeout=60)
+    assert reply.status_code == 400, reply.text
+    assert f"{field}: 10001 messages in one request; the limit is 10000 (server.limits.max_messages)" in reply.text
+    at_the_limit = {"input": many[:10_000]} if path == "/v1/responses" else {"messages": many[:10_000]}
+    reply = httpx.post(scripted_server.url + path, json={"model": "scripted", **at_the_limit, **body}, timeout=60)
+    assert "server.limits.max_messages" not in reply.text
