@@ -33,6 +33,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Bounds on what one request may ask; each breach is a clear 4xx/503."""
 
     max_body_bytes: int = 32 * MiB
+    # Seconds to receive one whole request body: a client sending a byte a second held
+    # its connection (and its place among the server's) for as long as it liked.
+    body_seconds: float = 60.0
     max_images: int = 16  # per request
     max_image_bytes: int = 20 * MiB  # decoded bytes of all images of one request
     # Per model: generations running at once, and requests waiting for a turn.
@@ -58,6 +61,10 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # 300k tiny ones fit in the body limit and held the event loop for seconds.
     max_messages: int = 10_000
     schema: SchemaBudget = SchemaBudget()  # JSON schemas compiled into grammars
+
+    def __post_init__(self) -> None:
+        if not self.body_seconds > 0:
+            raise ValueError("'body_seconds' must be positive")
 
 
 class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -14,6 +14,7 @@ floats for Ollama's integer options, is spelled in that wire type
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 from typing import Any
@@ -23,13 +24,31 @@ from litestar import Request
 from litestar.exceptions import SerializationException
 from litestar.types import Empty
 
-from adapters.errors import RequestError
+from adapters.errors import DragomanError, RequestError
 from proxy.errors import field_problem
 
 _AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>.*)`)?$", re.DOTALL)
 
 
+BODY_SECONDS = 60.0  # when the app carries no model table (server.limits.body_seconds)
+
+
 class StrictBodyRequest(Request[Any, Any, Any]):
+    async def body(self) -> bytes:
+        """The whole body, received within ``server.limits.body_seconds``: the size bound
+        alone let a slow sender keep a connection for ever."""
+        table = getattr(self.app.state, "models", None)
+        seconds = table.limits.body_seconds if table is not None else BODY_SECONDS
+        try:
+            async with asyncio.timeout(seconds):
+                return await super().body()
+        except TimeoutError:
+            raise DragomanError(
+                f"request body: not received within {seconds:g} s (server.limits.body_seconds); send it at once",
+                status=408,
+                code="request_timeout",
+            ) from None
+
     async def json(self) -> Any:
         field = self.route_handler.parsed_data_field
         if field is None or self._json is not Empty or self._connection_state.json is not Empty:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import time
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import RunningServer
+from tests.conftest import SCRIPTED_CONFIG
+from tests.support.server import RunningServer, config_from_yaml, serve
 
 OPENAI, OLLAMA = "/v1/chat/completions", "/api/chat"
 
@@ -206,3 +209,33 @@ def test_too_many_messages_are_refused_before_they_are_converted(
     at_the_limit = {"input": many[:10_000]} if path == "/v1/responses" else {"messages": many[:10_000]}
     reply = httpx.post(scripted_server.url + path, json={"model": "scripted", **at_the_limit, **body}, timeout=60)
     assert "server.limits.max_messages" not in reply.text
+
+
+@pytest.mark.parametrize("path", [OPENAI, OLLAMA, "/v1/messages", "/v1/responses"])
+def test_a_body_sent_too_slowly_is_a_408_and_others_are_served(path: str) -> None:
+    # A client that sent its body a byte at a time kept its connection open for as long
+    # as it liked; the size bound alone never ended it.
+    config = config_from_yaml(SCRIPTED_CONFIG + "server:\n  limits:\n    body_seconds: 1.5\n")
+    body = json.dumps({"model": "scripted", "messages": user(), "max_tokens": 8}).encode()
+    with serve(config) as server, socket.create_connection(("127.0.0.1", server.port), timeout=10) as slow:
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        slow.sendall(head.encode() + body[:5])
+        began = time.monotonic()
+        # Meanwhile another client's whole request is answered as usual.
+        assert httpx.post(server.url + OPENAI, json={"model": "scripted", "messages": user()}, timeout=10).status_code == 200
+        reply = b""
+        while b"\r\n\r\n" not in reply or len(reply) < reply.index(b"\r\n\r\n") + 30:
+            chunk = slow.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        waited = time.monotonic() - began
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 408"), reply[:300]
+    assert 1.0 < waited < 8, waited
+    assert b"server.limits.body_seconds" in rest
+
+
+def test_body_seconds_must_be_positive() -> None:
+    with pytest.raises(Exception, match="body_seconds"):
+        config_from_yaml(SCRIPTED_CONFIG + "server:\n  limits:\n    body_seconds: 0\n")
