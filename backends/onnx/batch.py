@@ -37,10 +37,10 @@ import time
 import numpy as np
 
 from backends.onnx.decoder import Decoder
-from backends.onnx.generation import GuideFailed
 from backends.onnx.prefix_cache import PrefixCache, shared_prefix
 from backends.onnx.protocol import Done, Failed, Report
 from backends.onnx.sequence import Sequence
+from backends.onnx.token_text import GuideFailed
 
 log = logging.getLogger("dragoman.onnx.worker")
 

@@ -89,11 +89,10 @@ class CoreWatch:
         self._read = read
         self._last = read()
         self._streak = 0
-        self._said_quiet = False
         self.available = self._last is not None
 
     def quiet(self) -> bool:
-        return self._said_quiet
+        return self._streak >= QUIET_READINGS
 
     def update(self) -> None:
         """Read the counters and compare them with the last reading."""
@@ -102,7 +101,6 @@ class CoreWatch:
             return
         self._streak = quiet_streak(self._streak, others_cores(self._last, reading))
         self._last = reading
-        self._said_quiet = self._streak >= QUIET_READINGS
 
     def start(self) -> None:
         """Read every ``PERIOD`` seconds, on a daemon thread, for as long as the process runs."""

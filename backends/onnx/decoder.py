@@ -155,14 +155,15 @@ class Decoder:
         the last one ``[vocab]``."""
         return self._run(slab, row, tokens.reshape(1, -1), np.array([start + len(tokens)]))[0, -1]
 
-    def _binding(self, slab: KvSlab, first: int, rows: int, session: Any, spinning: bool) -> Any:
+    def _binding(self, slab: KvSlab, first: int, rows: int, session: Any) -> Any:
         """An IO binding with the cache rows bound in place. Binding the 2 × layers
         buffers costs ~1.5 ms (a tenth of a token step here), so bindings are kept while
         the slab's memory stays where it is."""
         if self._bindings_for != slab.generation:
             self._bindings.clear()
             self._bindings_for = slab.generation
-        binding = self._bindings.get((spinning, first, rows))
+        key = (session is self._spinning, first, rows)
+        binding = self._bindings.get(key)
         if binding is None:
             if len(self._bindings) >= MAX_BINDINGS:
                 self._bindings.pop(next(iter(self._bindings)))
@@ -172,7 +173,7 @@ class Decoder:
                 pointer = view.ctypes.data
                 binding.bind_input(past, "cpu", 0, self.kv_dtype, shape, pointer)
                 binding.bind_output(present, "cpu", 0, self.kv_dtype, shape, pointer)
-            self._bindings[(spinning, first, rows)] = binding
+            self._bindings[key] = binding
         return binding
 
     def _run(self, slab: KvSlab, first: int, ids: np.ndarray, totals: np.ndarray) -> np.ndarray:
@@ -181,7 +182,7 @@ class Decoder:
         assert width <= slab.capacity
         spinning = self._spinning is not None and self._watch is not None and self._watch.quiet()
         session = self._spinning if spinning else self.session
-        binding = self._binding(slab, first, rows, session, spinning)
+        binding = self._binding(slab, first, rows, session)
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, dtype=self._ids_dtype))
         binding.bind_cpu_input("attention_mask", (np.arange(width)[None, :] < totals[:, None]).astype(np.int64))
         logits = np.empty((rows, steps, self.vocab_size or 1), dtype=np.float32)

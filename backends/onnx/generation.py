@@ -19,7 +19,7 @@ from backends.onnx.guidance import Guide
 from backends.onnx.processors import LogitsProcessor, log_softmax
 from backends.onnx.protocol import RUN_AHEAD, Done, Search, Start, Tokens
 from backends.onnx.sampling import processing_active
-from backends.onnx.token_text import GuideFailed, TokenOutput, done_report  # GuideFailed re-exported: batch.py takes it from here
+from backends.onnx.token_text import TokenOutput, done_report
 from backends.text.stops import StopMatcher
 
 
