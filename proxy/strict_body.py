@@ -25,12 +25,10 @@ from litestar.exceptions import SerializationException
 from litestar.types import Empty
 
 from adapters.errors import DragomanError, RequestError
+from config.schema import Limits
 from proxy.errors import field_problem
 
 _AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>.*)`)?$", re.DOTALL)
-
-
-BODY_SECONDS = 60.0  # when the app carries no model table (server.limits.body_seconds)
 
 
 class StrictBodyRequest(Request[Any, Any, Any]):
@@ -38,7 +36,7 @@ class StrictBodyRequest(Request[Any, Any, Any]):
         """The whole body, received within ``server.limits.body_seconds``: the size bound
         alone let a slow sender keep a connection for ever."""
         table = getattr(self.app.state, "models", None)
-        seconds = table.limits.body_seconds if table is not None else BODY_SECONDS
+        seconds = (table.limits if table is not None else Limits()).body_seconds
         try:
             async with asyncio.timeout(seconds):
                 return await super().body()
