@@ -51,6 +51,15 @@ class ModelDetails(msgspec.Struct, frozen=True):
     insert_template: str = ""
 
 
+class Engine(msgspec.Struct, frozen=True):
+    """What runs a loaded local model's generations (the ONNX backend: ``batch`` or
+    ``generator``), and ``reason``, why, when it is not the engine the backend would
+    choose first ("" when it is)."""
+
+    name: str
+    reason: str = ""
+
+
 class LoadedModel(msgspec.Struct, frozen=True):
     """One entry of ``/api/ps``."""
 
@@ -60,6 +69,7 @@ class LoadedModel(msgspec.Struct, frozen=True):
     expires_at: dt.datetime | None = None  # None = never
     context_length: int | None = None
     details: ModelDetails = ModelDetails()
+    engine: Engine | None = None  # None: the backend has no engines to choose between
 
 
 @runtime_checkable

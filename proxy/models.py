@@ -89,14 +89,20 @@ class ModelTable:
         health = GaugeMetricFamily(
             "dragoman_upstream_endpoint_healthy", "1 when an upstream endpoint is in rotation", labels=["model", "endpoint"]
         )
+        engine = GaugeMetricFamily(
+            "dragoman_model_engine", "1 for each loaded model and the engine that runs it; reason: why the generator",
+            labels=["model", "engine", "reason"],
+        )
         for route, backend in self.entries():
             for model in backend.loaded():
                 loaded.add_metric([model.name, route.config.backend], 1)
+                if model.engine is not None:
+                    engine.add_metric([model.name, model.engine.name, model.engine.reason], 1)
             endpoint_health = getattr(backend, "endpoint_health", None)
             if endpoint_health is not None:
                 for endpoint, healthy in endpoint_health().items():
                     health.add_metric([route.config.name, endpoint], 1 if healthy else 0)
-        yield from (queue, active, loaded, health)
+        yield from (queue, active, loaded, engine, health)
 
     def lookup(self, name: str) -> tuple[ModelRoute, Backend]:
         check_model_name(name, self.limits)  # before a pattern is matched against it

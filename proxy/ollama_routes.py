@@ -41,12 +41,21 @@ class TagList(msgspec.Struct):
     models: list[TagModel]
 
 
+class RunningDetails(TagDetails):
+    """``details`` in ``/api/ps``, plus what runs a local model (Ollama's clients skip
+    fields they do not know): its engine, and why when it is not the one dragoman
+    would choose first. None for a backend without engines (an upstream)."""
+
+    engine: str | None = None
+    engine_reason: str | None = None
+
+
 class RunningModel(msgspec.Struct):
     name: str
     model: str
     size: int
     digest: str
-    details: TagDetails
+    details: RunningDetails
     expires_at: dt.datetime
     size_vram: int
     context_length: int | None = None
@@ -202,7 +211,7 @@ def _running(loaded: LoadedModel, route: ModelRoute) -> RunningModel:
         model=loaded.name,
         size=loaded.size,
         digest=_digest(loaded.name, route),
-        details=_tag_details(loaded.details),
+        details=_running_details(loaded),
         expires_at=loaded.expires_at or forever,
         size_vram=loaded.size_vram,
         context_length=loaded.context_length,
@@ -216,6 +225,15 @@ def _tag_details(details: ModelDetails) -> TagDetails:
         families=details.families or ([details.family] if details.family else None),
         parameter_size=details.parameter_size,
         quantization_level=details.quantization_level,
+    )
+
+
+def _running_details(loaded: LoadedModel) -> RunningDetails:
+    engine = loaded.engine
+    return RunningDetails(
+        **msgspec.structs.asdict(_tag_details(loaded.details)),
+        engine=engine.name if engine is not None else None,
+        engine_reason=engine.reason if engine is not None else None,
     )
 
 

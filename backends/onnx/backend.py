@@ -35,7 +35,7 @@ from adapters.canonical import (
 )
 from adapters.errors import BackendError, ContextTooLong, RequestError, UnsupportedFeature
 from backends.admission import Admission
-from backends.base import Capabilities, LoadedModel, ModelDetails
+from backends.base import Capabilities, Engine, LoadedModel, ModelDetails
 from backends.onnx.client import WorkerGone
 from backends.onnx.embedding_files import has_hidden_states, read_facts
 from backends.onnx.embedding_service import OnnxEmbedder
@@ -47,7 +47,7 @@ from backends.onnx.prompts import chat_prompt, chat_start, completion_start
 from backends.onnx.protocol import RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Refused, Report, Start, Started, Tokens
 from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
 from backends.onnx.settings import OnnxSettings
-from backends.onnx.worker_slot import WorkerSlot
+from backends.onnx.worker_slot import WorkerSlot, engine_text
 from backends.residency import Residency
 from backends.pull import ProgressCallback, PullProgress
 from backends.text.chat_template import supports_thinking
@@ -148,8 +148,17 @@ class OnnxBackend:
                 expires_at=self.residency.expires_at,
                 context_length=self.files.configured_context(),
                 details=self.details(self.name),
+                engine=self.engine(),
             )
         ]
+
+    def engine(self) -> Engine | None:
+        """What runs the loaded model's generations, and why when it is the Generator;
+        None when no worker runs."""
+        worker = self.slot.worker
+        if worker is None or not worker.alive or worker.ready is None:
+            return None
+        return Engine(worker.ready.engine, worker.ready.engine_reason)
 
     async def list_models(self) -> list[str]:
         return []
@@ -157,7 +166,8 @@ class OnnxBackend:
     async def ready(self) -> tuple[bool, str]:
         """For ``/health/ready``: loaded, or loadable from disk, or buildable on first use."""
         if self.worker_pid is not None:
-            return True, "loaded"
+            engine = self.engine()
+            return True, "loaded" if engine is None else f"loaded; {engine_text(engine)}"
         missing = self.files.missing_build()
         if missing:
             return False, missing

@@ -2,14 +2,15 @@
 
 A GPU provider, when one is a candidate and loads, gets the library's Generator; CPU
 gets the batch engine (:mod:`backends.onnx.batch`) unless the model does not fit it
-(then the Generator, said in the log).
+(then the Generator). Whenever the Generator runs a model, the reason goes with the
+Ready message, and the server says it wherever it says the engine.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -20,10 +21,21 @@ from backends.onnx.protocol import WorkerConfig
 from backends.onnx.providers import ProviderError, load_model
 
 log = logging.getLogger("dragoman.onnx.worker")
+CONFIGURED = "engine: generator in the config"
 
 
-def load(config: WorkerConfig) -> tuple[Any, BatchEngine | None, str]:
-    """(library model or None, batch engine or None, provider)."""
+class Loaded(NamedTuple):
+    """What :func:`load` gives the worker: the library's model (the Generator's, None
+    for the batch engine), the batch engine (None for the Generator), the provider,
+    and why the Generator runs the model ("" for the batch engine)."""
+
+    model: Any
+    engine: BatchEngine | None
+    provider: str
+    engine_reason: str = ""
+
+
+def load(config: WorkerConfig) -> Loaded:
     path = Path(config.model_path)
     others = [p for p in config.providers if p != "cpu"]
     options = {"provider_options": config.provider_options, "threads": config.threads}
@@ -32,23 +44,26 @@ def load(config: WorkerConfig) -> tuple[Any, BatchEngine | None, str]:
     if others and config.engine != "batch":
         try:
             model, provider = load_model(path, others, **options)  # type: ignore[arg-type]
-            return model, None, provider
+            reason = CONFIGURED if config.engine == "generator" else f"provider {provider}: the batch engine runs on CPU only"
+            return Loaded(model, None, provider, reason)
         except ProviderError:
             if "cpu" not in config.providers:
                 raise
+    reason = CONFIGURED
     if config.engine != "generator":
         try:
             decoder = Decoder(path, threads=config.threads, spin=config.spin)
             self_check(decoder)
             log.info("the batch engine's threads spin between ops: %s", decoder.spin_mode)
             cache = PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
-            return None, BatchEngine(decoder, cache, decoder.layout.context_length), "cpu"
+            return Loaded(None, BatchEngine(decoder, cache, decoder.layout.context_length), "cpu")
         except Unsupported as exc:
             if config.engine == "batch":
                 raise
-            log.warning("%s runs on the library's Generator (no batching, no prefix reuse): %s", path, exc)
+            reason = f"the batch engine refused the model: {exc}"
+            log.warning("%s runs on the library's Generator (no batching, no prefix reuse): %s", path, reason)
     model, provider = load_model(path, ["cpu"], **options)  # type: ignore[arg-type]
-    return model, None, provider
+    return Loaded(model, None, provider, reason)
 
 
 def model_context_length(model_dir: Path) -> int | None:

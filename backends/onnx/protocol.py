@@ -131,6 +131,9 @@ class Ready(msgspec.Struct, tag="ready", frozen=True):
     load_ns: int
     eos_token_ids: list[int] = []
     engine: Literal["batch", "generator"] = "generator"  # what runs the generations
+    # Why the Generator runs them where the batch engine does not ("" for the batch
+    # engine): the batch engine's refusal, the config's choice, or the provider.
+    engine_reason: str = ""
 
 
 class LoadFailed(msgspec.Struct, tag="load_failed", frozen=True):

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     try:
         import onnxruntime_genai as og
 
-        model, engine, provider = load(config)
+        model, engine, provider, engine_reason = load(config)
         eos_ids = sorted(int(i) for i in og.Tokenizer(model if model is not None else og.Config(str(model_dir))).eos_token_ids)
         preparation = Preparation(
             model_dir, eos_ids, commands, context_length=model_context_length(model_dir),
@@ -76,6 +76,7 @@ def main(argv: list[str]) -> int:
         load_ns=time.perf_counter_ns() - began,
         eos_token_ids=sorted(worker.eos_ids),
         engine="batch" if engine is not None else "generator",
+        engine_reason=engine_reason,
     )
     worker.send(ready)
     out.flush()

@@ -11,17 +11,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import structlog
+
+from backends.base import Engine
 from backends.onnx.client import WorkerClient, WorkerGone
 from backends.onnx.model_files import ModelFiles
-from backends.onnx.protocol import Cancel, Done, Failed, Report, Started, Tokens, WorkerConfig
+from backends.onnx.protocol import Cancel, Done, Failed, Ready, Report, Started, Tokens, WorkerConfig
 from backends.onnx.settings import CancelRecord, OnnxSettings
 from backends.pull import ProgressCallback
 
 log = logging.getLogger("dragoman.onnx")
+events = structlog.get_logger("dragoman.onnx")
 KEPT_CANCELLATIONS = 100
 
 
@@ -73,15 +78,22 @@ class WorkerSlot:
             self.worker = worker
             self.files.forget()
             self.on_start()
-            log.info(
-                "loaded model '%s' on %s (%s, %s engine) in %.2fs",
-                self.name,
-                ready.provider,
-                ready.device_type,
-                ready.engine,
-                ready.load_ns / 1e9,
-            )
+            self._announce(ready)
             return time.perf_counter_ns() - began
+
+    def _announce(self, ready: Ready) -> None:
+        """Say which engine runs the model where `dragoman serve` says the rest: the
+        Generator batches no requests, which a user should read where they started the
+        server, not find by measuring. A fall back (the config left the choice to
+        dragoman, the batch engine refused the model) is a warning as well."""
+        print(
+            f"dragoman: model '{self.name}' loaded on {ready.provider} ({ready.device_type}) in "
+            f"{ready.load_ns / 1e9:.2f} s; {engine_text(Engine(ready.engine, ready.engine_reason))}",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        if ready.engine == "generator" and ready.provider == "cpu" and self.settings.engine == "auto":
+            # structlog: the server's own log (JSON off a terminal), where a collector looks for warnings
+            events.warning("model fell back to the generator engine", model=self.name, reason=ready.engine_reason)
 
     async def stop(self) -> None:
         async with self._lock:
@@ -113,6 +125,11 @@ class WorkerSlot:
         elif isinstance(report, (Done, Failed)) and not record.confirmed.is_set():
             record.worker_tokens = report.completion_tokens if isinstance(report, Done) else None
             record.confirmed.set()
+
+
+def engine_text(engine: Engine) -> str:
+    """The engine as the serve output and ``/health/ready`` say it."""
+    return f"{engine.name} engine, because {engine.reason}" if engine.reason else f"{engine.name} engine"
 
 
 def _still_running(reports: asyncio.Queue[Report | WorkerGone]) -> bool:

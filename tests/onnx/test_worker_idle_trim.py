@@ -31,7 +31,7 @@ class Running:
         from backends.onnx.preparation import Preparation
         from backends.onnx.worker_loop import Worker
 
-        model, engine, _ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"]))
+        model, engine, _, _ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"]))
         assert engine is not None, "the batch engine runs the default model on CPU"
         read_fd, write_fd = os.pipe()
         self.reports = os.fdopen(read_fd, "rb")

@@ -20,7 +20,7 @@ from backends.onnx import OnnxBackend
 from backends.registry import settings_type
 from config import Config, ModelRoute, load_config
 from proxy.models import build_backend
-from tests.support.server import RunningServer, serve
+from tests.support.server import RunningServer, config_from_yaml, serve
 
 MODEL = "smollm2:135m"
 KEY = "browser-test-key-7e3a"
@@ -186,6 +186,31 @@ def test_unload_and_load_change_the_state_on_the_page(watched: Watched, served: 
     row(page).locator("button.load").click()
     expect(state).to_have_text("loaded", timeout=SLOW)
     assert [m.name for m in served.backend.loaded()] == [MODEL]
+    assert watched.errors == []
+
+
+def test_the_engine_column_says_what_runs_the_model_and_why(watched: Watched, served: Served, model_dir: Path) -> None:
+    """The default entry: what /api/ps says (batch or generator, as this CPU allows);
+    an entry forced onto the Generator: marked, with the reason beside it."""
+    page = open_page(watched, served)
+    row(page).locator("button.load").click()
+    expect(row(page).locator("td.state")).to_have_text("loaded", timeout=SLOW)
+    details = next(m for m in httpx.get(served.server.url + "/api/ps").json()["models"] if m["name"] == MODEL)["details"]
+    cell = row(page).locator("td.engine")
+    if details["engine_reason"]:
+        expect(cell.locator(".pill.warn")).to_have_text(details["engine"])
+        expect(cell.locator("small.reason")).to_have_text(details["engine_reason"])
+    else:
+        expect(cell).to_have_text(details["engine"])
+    forced = config_from_yaml(
+        f"models:\n  - {{name: forced, backend: onnx, path: '{model_dir}', provider: cpu, context_length: 1024, engine: generator}}\n"
+    )
+    with serve(forced) as server:
+        page.goto(server.url + "/ui")
+        row(page, "forced").locator("button.load").click()
+        cell = row(page, "forced").locator("td.engine")
+        expect(cell.locator(".pill.warn")).to_have_text("generator", timeout=SLOW)
+        expect(cell.locator("small.reason")).to_have_text("engine: generator in the config")
     assert watched.errors == []
 
 

@@ -90,6 +90,7 @@ function row(r) {
     el("td", {}, r.pattern ? "" : caps),
     el("td", {}, String(context)),
     el("td", { class: "state" }, state),
+    el("td", { class: "engine" }, loaded ? engine(loaded.details) : ""),
     el("td", {}, loaded ? bytes(loaded.size) + (loaded.size_vram ? ` (${bytes(loaded.size_vram)} on GPU)` : "") : ""),
     loaded ? el("td", { class: "expires", dataset: { at: loaded.expires_at } }, expiresIn(loaded.expires_at)) : el("td", {}, ""),
     el("td", { class: "buttons" }, r.pattern ? "" : [
@@ -113,6 +114,14 @@ async function loadOrUnload(name, load) {
   }
   await refreshRunning();
   document.dispatchEvent(new CustomEvent("dragoman:changed"));
+}
+
+// What runs a loaded local model (/api/ps details.engine), and why when it is the
+// Generator (no batching of requests): marked, not hidden behind a green "loaded".
+function engine(details) {
+  if (!details.engine) return "";
+  if (!details.engine_reason) return details.engine;
+  return [pill(details.engine, "warn"), el("small", { class: "reason" }, details.engine_reason)];
 }
 
 function contextOf(show) {
