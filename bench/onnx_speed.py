@@ -19,6 +19,13 @@ Rows (each variant alternates within every round; ratios are medians of per-roun
    against the same streams' gaps just before it arrived;
 6. RSS of the server's model worker: after the warm-up and at its peak.
 
+Both engines: beside ``dragoman`` (the engine the config gives, the batch engine where
+the CPU allows it), ``dragoman, generator engine`` serves the same config with
+``engine: generator`` in rows 1 and 2 (``--no-generator`` leaves it out). Every run
+prints the CPU's model and the instruction sets the int4 kernels choose by (avx2,
+avx512*, avx_vnni, amx; ARM64 features), and which engine each server runs (from
+``/api/ps``), and writes both into its results.
+
 ``--before DIR`` serves a second dragoman from another checkout (for instance ``git
 archive main | tar -x -C DIR``) with the same venv, so before and after share the run.
 llama.cpp runs with 1 and with 2 threads (its spinning thread pool collapses when the two
@@ -46,18 +53,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import cpu_info  # noqa: E402
 import onnx_speed_report as report  # noqa: E402
+import speed_engines  # noqa: E402
 import speed_prompts as prompts  # noqa: E402
 from onnx_decode import PROMPT, RawLoop, RssWatch, Stream, free_port, openai_stream, rotated, start_server  # noqa: E402
 
 MiB = 1024 * 1024
 GGUF = "downloads/SmolLM2-135M-Instruct.Q4_1.gguf"
 RAW = "raw loop"
+GENERATOR = report.GENERATOR
 LONG_OUTPUT = "Count from one to five hundred in words, one number per line, without skipping any."
 
 
@@ -116,8 +127,12 @@ class Bench:
         self.peers = peers
         self.count = lambda text: len(raw.tokenizer.encode(text))
 
-    def variants(self, *, raw: bool = True, peers: bool = True) -> list[str]:
-        return [*self.clients, *([RAW] if raw else []), *(self.peers if peers else [])]
+    def servers(self, *, generator: bool) -> list[str]:
+        """The dragoman servers; the generator-engine one only in the rows that compare engines."""
+        return [name for name in self.clients if generator or name != GENERATOR]
+
+    def variants(self, *, raw: bool = True, peers: bool = True, generator: bool = True) -> list[str]:
+        return [*self.servers(generator=generator), *([RAW] if raw else []), *(self.peers if peers else [])]
 
     async def generate(self, variant: str, messages: prompts.Messages, new_tokens: int, *,
                        reuse: bool = True) -> Stream:  # fmt: skip
@@ -207,7 +222,7 @@ async def shared_system(bench: Bench, out: dict[str, Any]) -> None:
     system = prompts.tool_catalogue(bench.count, args.system_tokens)
     questions = [prompts.text_of(bench.count, 40, seed=100 + i) + " Which tool fits this?" for i in range(3 * args.rounds + 3)]
     asked = iter(questions)
-    variants = bench.variants(raw=False)
+    variants = bench.variants(raw=False, generator=False)
     warm: dict[str, list[float]] = {v: [] for v in variants}
     cold: dict[str, list[float]] = {v: [] for v in variants}
 
@@ -230,9 +245,9 @@ async def shared_system(bench: Bench, out: dict[str, Any]) -> None:
 
 async def concurrency(bench: Bench, out: dict[str, Any]) -> None:
     args = bench.args
-    aggregate: dict[str, dict[str, list[float]]] = {v: {} for v in bench.clients}
+    aggregate: dict[str, dict[str, list[float]]] = {v: {} for v in bench.servers(generator=False)}
     for rep in range(args.rounds):
-        for variant in rotated(list(bench.clients), rep):
+        for variant in rotated(list(aggregate), rep):
             client = bench.clients[variant]
             for streams in (1, 4, 8):
                 began = time.monotonic()
@@ -264,9 +279,11 @@ async def prefill_gaps(bench: Bench, out: dict[str, Any]) -> None:
     their gaps in the same length of time just before."""
     args = bench.args
     long_text = prompts.text_of(bench.count, args.system_tokens, seed=999)
-    result: dict[str, dict[str, list[float]]] = {v: {"quiet": [], "during": [], "prefill_ms": []} for v in bench.clients}
+    result: dict[str, dict[str, list[float]]] = {
+        v: {"quiet": [], "during": [], "prefill_ms": []} for v in bench.servers(generator=False)
+    }
     for rep in range(args.rounds):
-        for variant in rotated(list(bench.clients), rep):
+        for variant in rotated(list(result), rep):
             client = bench.clients[variant]
             streams = [Stream(sent=time.monotonic()) for _ in range(3)]
             tasks = [asyncio.create_task(openai_stream(client, f"{LONG_OUTPUT} ({i})", 1500, s))
@@ -308,6 +325,9 @@ async def measure(bench: Bench, servers: dict[str, subprocess.Popen[bytes]], out
         for _ in range(2):
             await bench.generate(variant, [{"role": "user", "content": PROMPT}], 16, reuse=False)
     out["rss_after_warmup_mib"] = {v: worker_rss(p) for v, p in servers.items()}
+    out["engines"] = {v: await speed_engines.engine_of(client) for v, client in bench.clients.items()}
+    for variant, engine in out["engines"].items():
+        print(f"  {variant}: {engine['engine']} engine" + (f", because {engine['reason']}" if engine["reason"] else ""), flush=True)
     sections = [("single stream: decode and first token", single_stream), ("6-turn chat", chat_turns),
                 ("shared system prompt", shared_system), ("concurrent streams 1/4/8", concurrency),
                 ("gaps of 3 streams while a long prompt is prefilled", prefill_gaps)]  # fmt: skip
@@ -340,6 +360,8 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md, the plot and the JSON")
     parser.add_argument("--render", action="store_true", help="only re-render bench/results/onnx_speed.json")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--generator", action=argparse.BooleanOptionalAction, default=True,
+                        help="also serve the config with engine: generator (decode, first token, next turn)")
     parser.add_argument("--llama-threads", type=int, nargs="*", default=[1, 2], help="llama.cpp thread counts (none: no peer)")
     args = parser.parse_args()
     if args.render:
@@ -356,9 +378,12 @@ def main() -> int:
 
     began = time.monotonic()
     home = dragoman_home()
+    cpu = cpu_info.this_cpu()
+    print(f"CPU: {cpu.describe()}", flush=True)
     out: dict[str, Any] = {
         "command": "python " + " ".join([os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
         "machine": f"{platform.machine()}, {psutil.cpu_count()} CPUs",
+        "cpu": msgspec.to_builtins(cpu),
         "load_at_start": "/".join(f"{x:.1f}" for x in os.getloadavg()),
         "onnxruntime_genai": og.__version__,
         "python": platform.python_version(),
@@ -370,8 +395,12 @@ def main() -> int:
     servers: dict[str, subprocess.Popen[bytes]] = {}
     ports: dict[str, int] = {}
     peers: dict[str, LlamaCpp] = {}
+    checkouts: dict[str, tuple[Path, Path | None]] = {"dragoman": (ROOT, args.config)}
     try:
-        checkouts = {"dragoman": (ROOT, args.config), **({args.before_name: (args.before, None)} if args.before else {})}
+        if args.generator:
+            checkouts[GENERATOR] = (ROOT, speed_engines.generator_config(args.config, Path(os.environ.get("TMPDIR", "/tmp"))))
+        if args.before:
+            checkouts[args.before_name] = (args.before, None)
         for name, (root, config) in checkouts.items():
             ports[name] = free_port()
             servers[name] = start_server(ports[name], config, root)
@@ -384,6 +413,8 @@ def main() -> int:
         for server in servers.values():
             server.terminate()
             server.wait(30)
+        if GENERATOR in checkouts:
+            checkouts[GENERATOR][1].unlink(missing_ok=True)  # type: ignore[union-attr]
     out["rss_peak_mib"] = {"server": rss.peak_server / MiB, "worker": rss.peak_worker / MiB}
     out["load_at_end"] = "/".join(f"{x:.1f}" for x in os.getloadavg())
     out["seconds"] = time.monotonic() - began
