@@ -1,1 +1,2 @@
-"""Pure translation between the two chat dialects and the canonical model. No I/O."""
+"""Pure translation between the four chat dialects (OpenAI Chat Completions, OpenAI
+Responses, Ollama, Anthropic Messages) and the canonical model, one package each. No I/O."""

@@ -1,1 +1,2 @@
-"""The HTTP layer: Litestar app, routes of both dialects, streaming, CLI."""
+"""The HTTP layer: Litestar app, routes of the four dialects (OpenAI Chat Completions, OpenAI
+Responses, Ollama, Anthropic Messages), streaming, CLI."""

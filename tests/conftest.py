@@ -12,7 +12,10 @@ from backends.onnx.prepare import default_model_path, prepare_smollm2
 from backends.registry import settings_type
 from config import load_config
 from tests.support.fim_model import build_fim_model
+from tests.support.markers import holds_no_unit_test, mark
 from tests.support.server import RunningServer, config_from_yaml, serve
+
+pytest_plugins = ["tests.support.isolation"]
 
 SCRIPTED_CONFIG = """\
 models:
@@ -27,6 +30,17 @@ models:
 aliases:
   nickname: scripted
 """
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``unit`` and ``real_model`` markers from what each test uses (tests/support/markers.py)."""
+    mark(items)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m unit`` does not import the modules that can hold no unit test (the clients,
+    browsers and fuzzers they import take most of the collection time)."""
+    return True if config.getoption("markexpr") == "unit" and holds_no_unit_test(collection_path) else None
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Dependencies run one way: ``proxy → backends → config → adapters``, and only
-``proxy`` imports Litestar (BRIEF, "Shape of the code").
+``proxy`` imports Litestar: the adapters stay pure translation and the backends stay
+usable without the web framework, so either can be tested and reused on its own.
 
 Read from the source with ``ast`` (every import, including the ones inside functions
 that load an optional library lazily), so a layer reaching up fails here rather than

@@ -1,6 +1,6 @@
-"""Backends that forward to other chat servers over HTTP: OpenAI-compatible servers,
-Ollama servers and Anthropic-compatible servers, each model entry on one or several
-endpoints."""
+"""Backends that forward to other chat servers over HTTP: OpenAI-compatible servers (Chat
+Completions or Responses), Ollama servers and Anthropic-compatible servers, each model entry
+on one or several endpoints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ollama ``/api/chat`` request → canonical request (api-mapping.md §1, §4)."""
+"""Ollama ``/api/chat`` request → canonical request (docs/api-mapping.md §1, §4)."""
 
 from __future__ import annotations
 

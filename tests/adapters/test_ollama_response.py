@@ -1,4 +1,4 @@
-"""Canonical events → Ollama NDJSON lines and whole replies (api-mapping.md §1, §4, §5)."""
+"""Canonical events → Ollama NDJSON lines and whole replies (docs/api-mapping.md §1, §4, §5)."""
 
 from __future__ import annotations
 

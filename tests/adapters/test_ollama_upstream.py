@@ -1,4 +1,4 @@
-"""Canonical request → an Ollama server, and its replies → canonical events (api-mapping.md §5)."""
+"""Canonical request → an Ollama server, and its replies → canonical events (docs/api-mapping.md §5)."""
 
 from __future__ import annotations
 

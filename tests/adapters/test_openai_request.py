@@ -1,4 +1,4 @@
-"""OpenAI client requests → canonical requests (api-mapping.md §1, §2, §6)."""
+"""OpenAI client requests → canonical requests (docs/api-mapping.md §1, §2, §6)."""
 
 from __future__ import annotations
 

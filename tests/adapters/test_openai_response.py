@@ -1,4 +1,4 @@
-"""Canonical results and events → OpenAI bodies and SSE streams (api-mapping.md §1, §3, §6)."""
+"""Canonical results and events → OpenAI bodies and SSE streams (docs/api-mapping.md §1, §3, §6)."""
 
 from __future__ import annotations
 

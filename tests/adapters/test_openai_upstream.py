@@ -1,4 +1,4 @@
-"""Canonical requests → OpenAI-speaking upstreams, and their replies back (api-mapping.md §5)."""
+"""Canonical requests → OpenAI-speaking upstreams, and their replies back (docs/api-mapping.md §5)."""
 
 from __future__ import annotations
 
@@ -341,7 +341,7 @@ def test_malformed_chunk_is_an_error_event_not_an_exception() -> None:
 
 
 def test_streamed_fragments_fold_into_whole_calls() -> None:
-    """§5: a native (Ollama) client gets whole calls with object arguments."""
+    """docs/api-mapping.md §5: a native (Ollama) client gets whole calls with object arguments."""
     lines = sse(call_delta(0, "", "c1", "get_weather"), call_delta(0, '{"city":'), call_delta(0, '"Paris"}'),
                 call_delta(1, '{"zone":"CET"}', "c2", "get_time"), delta("tool_calls"), USAGE_CHUNK, "[DONE]")  # fmt: skip
     builder = ResultBuilder()

@@ -244,7 +244,7 @@ def completion(prompt: str, **fields: object) -> CompletionRequest:
 
 async def test_a_raw_completion_keeps_the_prompt_s_special_tokens_special(backend: CTransformersBackend) -> None:
     """The chat's own rendering sent as a raw prompt gives the chat's answer: its
-    <|im_start|> are control tokens here, as the template's are (api-mapping §7)."""
+    <|im_start|> are control tokens here, as the template's are (docs/api-mapping.md §7)."""
     chat = await collect(backend.chat(capital(num_predict=12, **EXACT)))
     rendered = prompt_text(backend._render(capital(), backend._file))  # type: ignore[arg-type]
     assert rendered.count("<|im_start|>") == 3

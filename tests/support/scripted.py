@@ -8,6 +8,7 @@ The script is chosen by the last user message (a completion's prompt): ``script:
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -33,6 +34,9 @@ from backends.base import Capabilities, LoadedModel, ModelDetails
 from config import ModelRoute
 
 
+_stream_numbers = itertools.count()
+
+
 class ScriptedSettings(msgspec.Struct, forbid_unknown_fields=True):
     delay: float = 0.0  # seconds between events of the "slow" script
     tools: bool = True
@@ -42,11 +46,16 @@ class ScriptedSettings(msgspec.Struct, forbid_unknown_fields=True):
 class ScriptedBackend:
     Settings = ScriptedSettings
 
-    # What tests observe (shared across instances of one test process).
+    # What tests observe, shared by the instances a server builds (a test cannot reach
+    # them) and emptied before each test by reset(), from tests/support/isolation.py.
     started: list[str] = []
     cancelled: list[str] = []
     produced: dict[str, int] = {}
     last_request: Request | None = None
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.started, cls.cancelled, cls.produced, cls.last_request = [], [], {}, None
 
     def __init__(self, route: ModelRoute) -> None:
         self.route = route
@@ -83,13 +92,15 @@ class ScriptedBackend:
     async def _run(self, text: str, request: Request) -> AsyncIterator[Event]:
         type(self).last_request = request
         script = text.removeprefix("script:")
-        key = f"{script}#{len(type(self).started)}"
+        # Never reused: a stream an earlier test left running must not count as this test's.
+        key = f"{script}#{next(_stream_numbers)}"
         type(self).started.append(key)
-        type(self).produced[key] = 0
+        produced = type(self).produced
+        produced[key] = 0
         try:
             async for event in self._play(script, request):
                 if isinstance(event, ContentDelta):
-                    type(self).produced[key] += 1
+                    produced[key] += 1
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             type(self).cancelled.append(key)

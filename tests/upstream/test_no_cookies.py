@@ -11,7 +11,7 @@ from backends.upstream.clients import new_client
 
 
 class CookieSetter(http.server.BaseHTTPRequestHandler):
-    seen: list[str | None] = []
+    seen: list[str | None] = []  # class-level: the server makes a handler per request; emptied by the test
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's spelling
         type(self).seen.append(self.headers.get("Cookie"))
@@ -27,6 +27,7 @@ class CookieSetter(http.server.BaseHTTPRequestHandler):
 
 @pytest.mark.asyncio
 async def test_cookies_from_one_reply_never_reach_the_next_request() -> None:
+    CookieSetter.seen = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CookieSetter)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     client = new_client(4)
