@@ -162,6 +162,9 @@ def test_turn_view_errors_are_clear(http: httpx.Client) -> None:
     response = http.post("/ui/api/turn", content=b"x" * (5 * 1024 * 1024), headers=AUTH)
     assert response.status_code == 413
     assert response.json()["error"].startswith(f"request body: larger than {4 * 1024 * 1024} bytes;")  # the view's own bound
+    many = {"dialect": "openai", "request": {"model": "scripted", "messages": [{"role": "user", "content": "x"}] * 10_001}}
+    response = http.post("/ui/api/turn", json=many, headers=AUTH)
+    assert response.status_code == 400 and "(server.limits.max_messages)" in response.json()["error"]
 
 
 def test_turn_views_do_not_count_as_chats(http: httpx.Client) -> None:
