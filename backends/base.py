@@ -49,6 +49,10 @@ class ModelDetails(msgspec.Struct, frozen=True):
     # The model's fill-in-the-middle frame as a Go template with {{ .Suffix }}, for
     # /api/show: Continue turns FIM on when the template mentions .Suffix.
     insert_template: str = ""
+    # The texts of the model's end-of-generation tokens (ChatML's <|im_end|>): /api/show
+    # lists them as `stop` parameters when the entry configures none, as Ollama's library
+    # Modelfiles do, and Continue sends them back as stop strings.
+    end_tokens: list[str] = []
 
 
 class Engine(msgspec.Struct, frozen=True):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 import mmap
 import struct
+import sys
+from array import array
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -80,7 +82,10 @@ class GgufError(ValueError):
 
 
 class Field(msgspec.Struct, frozen=True):
-    """One metadata entry. ``item_type`` is set for arrays (whose ``value`` is a list)."""
+    """One metadata entry. ``item_type`` is set for arrays, whose ``value`` is a list of
+    strings or, for numbers and booleans, an ``array.array`` (one machine value per item:
+    a list of Python ints costs ~16× the file's bytes, and a hostile file may hold a
+    40 MB array)."""
 
     key: str
     type: ValueType
@@ -118,7 +123,7 @@ class GgufFile(msgspec.Struct, frozen=True):
     @property
     def alignment(self) -> int:
         field = self.fields.get("general.alignment")
-        return int(field.value) if field is not None else DEFAULT_ALIGNMENT
+        return int(field.value) if field is not None else DEFAULT_ALIGNMENT  # checked by _alignment on reading
 
     def get(self, key: str, default: Any = None) -> Any:
         field = self.fields.get(key)
@@ -158,8 +163,6 @@ class _Cursor:
     def value(self, type_: ValueType) -> Any:
         if type_ == ValueType.STRING:
             return self.string()
-        if type_ == ValueType.ARRAY:
-            raise GgufError("nested arrays are not supported")
         return self.unpack("<" + _SCALAR_FORMAT[type_])
 
     def field(self, key: str) -> Field:
@@ -167,14 +170,35 @@ class _Cursor:
         if type_ != ValueType.ARRAY:
             return Field(key, type_, self.value(type_))
         item_type = _value_type(self.unpack("<I"), key)
+        if item_type == ValueType.ARRAY:
+            raise GgufError(f"metadata key '{key}' is an array of arrays, which GGUF models do not use")
         count = self.size()
         if item_type == ValueType.STRING:
-            items = [self.string() for _ in range(count)]
-        else:
-            fmt = _SCALAR_FORMAT[item_type]
-            items = list(struct.unpack_from(f"<{count}{fmt}", self.buffer, self.pos))
-            self.pos += count * struct.calcsize(fmt)
-        return Field(key, type_, items, item_type)
+            return Field(key, type_, [self.string() for _ in range(count)], item_type)
+        return Field(key, type_, self.numbers(key, item_type, count), item_type)
+
+    def numbers(self, key: str, item_type: ValueType, count: int) -> array:
+        items = array(_ARRAY_TYPECODE[item_type])
+        end = self.pos + count * items.itemsize
+        if end > len(self.buffer):
+            raise GgufError(f"the array '{key}' runs past the end of the file (truncated?)")
+        items.frombytes(self.buffer[self.pos : end])
+        if sys.byteorder == "big":
+            items.byteswap()
+        self.pos = end
+        return items
+
+
+def _array_typecode(fmt: str) -> str:
+    """The ``array`` typecode holding one ``fmt`` value (a bool is a byte: 0 or 1)."""
+    code = "B" if fmt == "?" else fmt
+    # array's 'I'/'i' sizes are the C compiler's: 4 bytes on every platform CPython builds
+    # for, but a mismatch would misread every array, so it is checked once here.
+    assert array(code).itemsize == struct.calcsize("<" + fmt), f"array typecode '{code}' has another size here"
+    return code
+
+
+_ARRAY_TYPECODE = {type_: _array_typecode(fmt) for type_, fmt in _SCALAR_FORMAT.items()}
 
 
 def _value_type(code: int, key: str) -> ValueType:
@@ -205,21 +229,47 @@ def _parse(buffer: memoryview, path: str | Path) -> GgufFile:
             raise GgufError(f"{path}: unsupported GGUF version {version}{hint}")
         cursor = _Cursor(buffer, version)
         cursor.pos = 8
-        n_tensors, n_kv = cursor.size(), cursor.size()
-        fields: dict[str, Field] = {}
-        for _ in range(n_kv):
-            key = cursor.string()
-            fields[key] = cursor.field(key)
-        tensors = []
-        for _ in range(n_tensors):
-            name = cursor.string()
-            n_dims = cursor.unpack("<I")
-            dims = tuple(cursor.size() for _ in range(n_dims))
-            tensors.append(TensorInfo(name, dims, cursor.unpack("<I"), cursor.unpack("<Q")))
-        alignment = int(fields["general.alignment"].value) if "general.alignment" in fields else DEFAULT_ALIGNMENT
+        try:
+            fields, tensors = _tables(cursor)
+            alignment = _alignment(fields.get("general.alignment"))
+        except GgufError as exc:
+            raise GgufError(f"{path}: {exc}") from None
         return GgufFile(version, fields, tensors, _align(cursor.pos, alignment))
     finally:
         buffer.release()
+
+
+def _tables(cursor: _Cursor) -> tuple[dict[str, Field], list[TensorInfo]]:
+    n_tensors, n_kv = cursor.size(), cursor.size()
+    fields: dict[str, Field] = {}
+    for _ in range(n_kv):
+        key = cursor.string()
+        fields[key] = cursor.field(key)
+    tensors = []
+    for _ in range(n_tensors):
+        name = cursor.string()
+        n_dims = cursor.unpack("<I")
+        dims = tuple(cursor.size() for _ in range(n_dims))
+        tensors.append(TensorInfo(name, dims, cursor.unpack("<I"), cursor.unpack("<Q")))
+    return fields, tensors
+
+
+_INTEGER_TYPES = frozenset(
+    {ValueType.UINT8, ValueType.INT8, ValueType.UINT16, ValueType.INT16, ValueType.UINT32, ValueType.INT32,
+     ValueType.UINT64, ValueType.INT64}
+)  # fmt: skip
+
+
+def _alignment(field: Field | None) -> int:
+    """``general.alignment`` as ggml requires it: an integer, a positive power of two."""
+    if field is None:
+        return DEFAULT_ALIGNMENT
+    if field.type not in _INTEGER_TYPES:
+        raise GgufError(f"metadata key 'general.alignment' is a {field.type.name.lower()}, not an integer")
+    value = int(field.value)
+    if value <= 0 or value & (value - 1):
+        raise GgufError(f"metadata key 'general.alignment' is {value}, not a positive power of two")
+    return value
 
 
 def _align(offset: int, alignment: int) -> int:
@@ -274,8 +324,16 @@ def _write_field(out: BinaryIO, field: Field) -> None:
     if field.item_type == ValueType.STRING:
         for item in field.value:
             _write_value(out, ValueType.STRING, item)
+    elif isinstance(field.value, array) and field.value.typecode == _ARRAY_TYPECODE[field.item_type]:
+        out.write(field.value.tobytes() if sys.byteorder == "little" else _swapped(field.value).tobytes())
     else:
         out.write(struct.pack(f"<{len(field.value)}{_SCALAR_FORMAT[field.item_type]}", *field.value))
+
+
+def _swapped(items: array) -> array:
+    copy = array(items.typecode, items)
+    copy.byteswap()
+    return copy
 
 
 def _write_value(out: BinaryIO, type_: ValueType, value: Any) -> None:

@@ -132,7 +132,7 @@ async def show(data: JSONBody[ShowRequest], models: NamedDependency[ModelTable])
     details = backend.details(name)
     return ShowResponse(
         modelfile=f"# served by dragoman through the '{route.config.backend}' backend\nFROM {name}\n",
-        parameters=show_parameters(details.context_length, route.config.defaults),
+        parameters=show_parameters(details.context_length, route.config.defaults, details.end_tokens),
         template=details.insert_template + details.template,
         details=_tag_details(details),
         model_info=model_info(name, details, _embedding_length(backend)),
@@ -141,12 +141,13 @@ async def show(data: JSONBody[ShowRequest], models: NamedDependency[ModelTable])
     )
 
 
-def show_parameters(context_length: int | None, defaults: SamplingOptions) -> str:
+def show_parameters(context_length: int | None, defaults: SamplingOptions, end_tokens: list[str]) -> str:
     """``parameters`` as Ollama prints them: ``num_ctx`` first (clients size their
-    prompts by it), one ``stop "…"`` line per stop string, then the other defaults;
-    keys padded to 30, values as Go's ``%#v`` (strings quoted)."""
+    prompts by it), one ``stop "…"`` line per stop string (the entry's, else the model's
+    end tokens, as a Modelfile's own stops replace the ones it inherits), then the other
+    defaults; keys padded to 30, values as Go's ``%#v`` (strings quoted)."""
     lines = [] if context_length is None else [("num_ctx", context_length)]
-    lines += [("stop", stop) for stop in defaults.stop or ()]
+    lines += [("stop", stop) for stop in defaults.stop or end_tokens]
     lines += [(k, v) for k, v in msgspec.to_builtins(defaults).items() if k not in ("stop", "num_ctx" if lines else "")]
     return "\n".join(f"{key:<30} {_go_value(value)}" for key, value in lines)
 

@@ -3,7 +3,9 @@
 A row holds a response object as returned to the client and the input items the model
 saw for it (the earlier response's items included, so a conversation is rebuilt from
 one row and deleting an ancestor breaks nothing). Rows older than ``max_age`` are
-invisible and pruned; when the rows together pass ``max_bytes`` the oldest go first.
+invisible and pruned; when the rows together pass ``max_bytes`` the oldest rows of the
+key holding the most bytes go first, so one key filling the store pushes out its own
+responses, never those of a key that holds less (see ``_evictions``).
 
 Each row belongs to the API key that made it (``owner``: a digest of the key, empty when
 the server has no keys), as OpenAI keeps a project's responses to that project: another
@@ -20,6 +22,7 @@ import asyncio
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -94,7 +97,8 @@ class SqliteStore:
         self._db: sqlite3.Connection | None = None
 
     async def put(self, stored: StoredResponse) -> bool:
-        """Keep ``stored``; False (and a log line) when it alone is over ``max_bytes``."""
+        """Keep ``stored``; False (and a log line) when it was not kept: over ``max_bytes``
+        alone, or pushed out at once by its own key's share of the bound."""
         return await self._run(self._put, stored)
 
     async def get(self, response_id: str, owner: str = "") -> StoredResponse | None:
@@ -136,27 +140,28 @@ class SqliteStore:
             log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
             return False
         db = self._connection()
-        with _transaction(db):
-            db.execute(
-                "INSERT OR REPLACE INTO responses (id, created_at, size, response, input, owner) VALUES (?, ?, ?, ?, ?, ?)",
-                (stored.id, stored.created_at, size, stored.response, stored.input, stored.owner),
-            )
-            self._prune(db)
+        try:
+            with _transaction(db):
+                db.execute(
+                    "INSERT OR REPLACE INTO responses (id, created_at, size, response, input, owner) VALUES (?, ?, ?, ?, ?, ?)",
+                    (stored.id, stored.created_at, size, stored.response, stored.input, stored.owner),
+                )
+                if stored.id in self._prune(db):
+                    raise _PushedOut  # rolled back: the older rows it would have cost stay
+        except _PushedOut:
+            log.warning("response not stored: its key already holds more of max_bytes than the others",
+                        response_id=stored.id, bytes=size, max_bytes=self.max_bytes)  # fmt: skip
+            return False
         return True
 
-    def _prune(self, db: sqlite3.Connection) -> None:
+    def _prune(self, db: sqlite3.Connection) -> set[str]:
+        """Drops what is expired or over ``max_bytes``; the ids of the rows dropped."""
         db.execute("DELETE FROM responses WHERE created_at < ?", (time.time() - self.max_age,))
-        (total,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
-        if total <= self.max_bytes:
-            return
-        # The oldest rows whose removal brings the total back under the bound.
-        excess, doomed = total - self.max_bytes, []
-        for row_id, size in db.execute("SELECT id, size FROM responses ORDER BY created_at"):
-            doomed.append((row_id,))
-            excess -= size
-            if excess <= 0:
-                break
-        db.executemany("DELETE FROM responses WHERE id = ?", doomed)
+        held = dict(db.execute("SELECT owner, SUM(size) FROM responses GROUP BY owner").fetchall())
+        doomed = _evictions(held, self.max_bytes, lambda owner: db.execute(
+            "SELECT id, size FROM responses WHERE owner = ? ORDER BY created_at", (owner,)))  # fmt: skip
+        db.executemany("DELETE FROM responses WHERE id = ?", [(row_id,) for row_id in doomed])
+        return doomed
 
     def _get(self, response_id: str, owner: str) -> StoredResponse | None:
         row = self._connection().execute(
@@ -173,6 +178,29 @@ class SqliteStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _evictions(held: dict[str, int], max_bytes: int, oldest_first: Callable[[str], Iterable[tuple[str, int]]]) -> set[str]:
+    """The rows to drop to bring ``held`` (bytes by owner) under ``max_bytes``: one at
+    a time, the oldest row of whichever owner holds the most. Each of n keys keeps at
+    least max_bytes / n whatever the others write (a key flooding the store is the one
+    holding the most, so its own oldest go), and a lone key still has the whole bound;
+    a fixed per-key quota would give up one or the other. ``oldest_first(owner)``
+    iterates an owner's (id, size) rows, oldest first."""
+    excess = sum(held.values()) - max_bytes
+    rows: dict[str, Iterator[tuple[str, int]]] = {}
+    doomed: set[str] = set()
+    while excess > 0:
+        owner = max(held, key=lambda o: held[o])
+        row_id, size = next(rows.setdefault(owner, iter(oldest_first(owner))))
+        doomed.add(row_id)
+        held[owner] -= size
+        excess -= size
+    return doomed
+
+
+class _PushedOut(Exception):
+    """The row just written is among those its own write evicts."""
 
 
 class _transaction:

@@ -84,8 +84,8 @@ async def create_response(
     result = await collect(chat, record, request.receive)
     reply = responses.build_response(result, meta)
     body = responses.encode_response(reply)
-    if keep:
-        await _store(response_store, reply.id, body, context, owner)
+    if keep and not await _store(response_store, reply.id, body, context, owner):
+        body = responses.encode_response(msgspec.structs.replace(reply, store=False))
     return Response(body, media_type="application/json")
 
 
@@ -191,15 +191,20 @@ async def _stored_stream(
     async for frame in encode_stream(chat, encoder, record):
         if store is not None and not stored and encoder.final is not None:
             stored = True  # before the frame that ends the stream goes out
-            await _store(store, encoder.final.id, responses.encode_response(encoder.final), context, owner)
+            if not await _store(store, encoder.final.id, responses.encode_response(encoder.final), context, owner):
+                frame = encoder.unstored(frame)
         yield frame
 
 
-async def _store(store: ResponseStore, response_id: str, body: bytes, context: bytes, owner: str) -> None:
+async def _store(store: ResponseStore, response_id: str, body: bytes, context: bytes, owner: str) -> bool:
+    """Whether the response was kept. When it was not (too big for the store, or the disk
+    failed) the reply says ``store: false``, which the SDKs parse, rather than a 413 that
+    would throw the generated answer away, or a ``store: true`` whose id then 404s."""
     try:
-        await store.put(StoredResponse(response_id, time.time(), body, context, owner))
+        return await store.put(StoredResponse(response_id, time.time(), body, context, owner))
     except Exception as exc:  # the reply itself is good; a full disk must not cut it
         log.error("could not store the response", response_id=response_id, error=str(exc))
+        return False
 
 
 responses_router = Router(

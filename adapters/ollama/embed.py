@@ -30,12 +30,14 @@ class EmbedWireRequest(GoRequest, omit_defaults=True):
     options: ModelOptions | None = None
 
 
-class EmbedWireResponse(msgspec.Struct, omit_defaults=True):
+class EmbedWireResponse(msgspec.Struct):
     model: str
     embeddings: Any  # a list of lists of floats, written straight from the array
-    total_duration: int | None = None
-    load_duration: int | None = None
-    prompt_eval_count: int | None = None
+    # Always written, 0 included: clients parse them as required numbers (the Vercel AI
+    # SDK's ollama provider fails the whole reply without load_duration).
+    total_duration: int
+    load_duration: int
+    prompt_eval_count: int
 
 
 class LegacyEmbeddingRequest(GoRequest, omit_defaults=True):
@@ -113,9 +115,9 @@ def render_embed(result: EmbedResult, model: str) -> bytes:
         EmbedWireResponse(
             model=model,
             embeddings=vectors.tolist() if isinstance(vectors, np.ndarray) else [],
-            total_duration=result.timings.total_ns or None,
-            load_duration=result.timings.load_ns or None,
-            prompt_eval_count=result.prompt_tokens or None,
+            total_duration=result.timings.total_ns,
+            load_duration=result.timings.load_ns,
+            prompt_eval_count=result.prompt_tokens,
         )
     )
 

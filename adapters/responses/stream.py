@@ -47,6 +47,7 @@ from adapters.responses.ids import (
 SSE_MEDIA_TYPE = "text/event-stream"
 
 _encoder = msgspec.json.Encoder()
+_Closing = wire.Completed | wire.Incomplete | wire.Failed  # the events that end a stream
 
 
 class ResponseMeta(msgspec.Struct, frozen=True):
@@ -188,6 +189,7 @@ class StreamEncoder:
         self._pieces: list[str] = []
         self._call: tuple[str, str] | None = None  # call_id, name of the open call item
         self._fragments = FragmentOpener()
+        self._closing: tuple[type[_Closing], int, bytes] = (wire.Completed, 0, b"")
 
     def encode(self, event: Event) -> bytes:
         if self.final is not None:
@@ -218,10 +220,18 @@ class StreamEncoder:
         """``response.failed``, with what was produced so far (the open item incomplete)."""
         output = [*self._done, *([self._current("incomplete")] if self._open else [])]
         self.final = response_object(self.meta, self.id, self.created_at, "failed", output, error=err)
-        return self._frame(wire.Failed(self._next(), self.final))
+        return self._closing_frame(wire.Failed, self.final)
 
     def close(self) -> bytes:
         return b""
+
+    def unstored(self, chunk: bytes) -> bytes:
+        """``chunk``, the one that ended the stream, with its closing event's response
+        saying ``store: false``: the response turned out not to fit the store."""
+        kind, seq, frame = self._closing
+        assert self.final is not None and chunk.endswith(frame)
+        self.final = msgspec.structs.replace(self.final, store=False)
+        return chunk[: len(chunk) - len(frame)] + self._frame(kind(seq, self.final))
 
     # -- items ----------------------------------------------------------------------------
 
@@ -320,7 +330,13 @@ class StreamEncoder:
         status = status_of(event.reason)
         self.final = response_object(self.meta, self.id, self.created_at, status, list(self._done), event.usage)
         closing = wire.Completed if status == "completed" else wire.Incomplete
-        return [*out, self._frame(closing(self._next(), self.final))]
+        return [*out, self._closing_frame(closing, self.final)]
+
+    def _closing_frame(self, kind: type[_Closing], response: wire.Response) -> bytes:
+        seq = self._next()
+        frame = self._frame(kind(seq, response))
+        self._closing = (kind, seq, frame)  # for unstored()
+        return frame
 
     def _next(self) -> int:
         seq, self._seq = self._seq, self._seq + 1

@@ -132,6 +132,7 @@ class OnnxBackend:
             parameter_count=facts.parameter_count,
             embedding_length=self.embedding_length() or facts.embedding_length,
             insert_template=fim.go_template() if (fim := find_fim(self.files.tokenizer().added)) else "",
+            end_tokens=[t for i in facts.eos_token_ids if (t := self.files.tokenizer().added_by_id.get(i))],
         )
 
     def loaded(self) -> list[LoadedModel]:

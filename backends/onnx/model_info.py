@@ -25,6 +25,7 @@ class ModelFacts(msgspec.Struct, frozen=True):
     vocab_size: int | None = None
     embedding_length: int | None = None  # the decoder's hidden size
     parameter_count: int | None = None
+    eos_token_ids: tuple[int, ...] = ()  # genai_config's: generation ends at any of them
 
 
 def read_model_facts(model_dir: Path) -> ModelFacts:
@@ -35,6 +36,8 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
     hidden = (model.get("decoder") or {}).get("hidden_size")
     parameter_size = str(marker.get("parameter_size") or "")
     count = marker.get("parameter_count")
+    eos = model.get("eos_token_id")
+    eos_ids = eos if isinstance(eos, list) else [eos]
     return ModelFacts(
         family=str(marker.get("family") or model.get("type") or ""),
         parameter_size=parameter_size,
@@ -44,6 +47,7 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
         vocab_size=model["vocab_size"] if isinstance(model.get("vocab_size"), int) else None,
         embedding_length=hidden if isinstance(hidden, int) else None,
         parameter_count=count if isinstance(count, int) else parameters_from_size(parameter_size),
+        eos_token_ids=tuple(i for i in eos_ids if isinstance(i, int)),
     )
 
 

@@ -69,6 +69,7 @@ class TokenizerFacts(msgspec.Struct, frozen=True):
     special: frozenset[str] = frozenset()  # added tokens marked special (a default decode hides them)
     added: frozenset[str] = frozenset()  # every added token: the tokenizer matches each as a unit
     longest_token_bytes: int = 0  # bytes of the longest token's text; 0 when unknown
+    added_by_id: dict[int, str] = {}  # the added tokens' texts by id (end tokens are among them)
 
 
 def read_tokenizer_facts(model_dir: Path) -> TokenizerFacts:
@@ -82,6 +83,7 @@ def read_tokenizer_facts(model_dir: Path) -> TokenizerFacts:
         special=frozenset(a["content"] for a in added if a.get("special") and a.get("content")),
         added=frozenset(a["content"] for a in added if a.get("content")),
         longest_token_bytes=max((len(b) for b in table.values()), default=0) if table else 0,
+        added_by_id={a["id"]: a["content"] for a in added if isinstance(a.get("id"), int) and a.get("content")},
     )
 
 

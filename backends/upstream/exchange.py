@@ -51,6 +51,11 @@ class Failed(Exception):
         self.responded = responded  # a status line came: the server is up
 
 
+# 2xx statuses that cannot carry content (RFC 9110 15.3.5, 15.3.6): whatever body
+# follows is not a reply, and relaying it as one answered a 205 with a 200.
+NO_CONTENT_STATUSES = frozenset({204, 205})
+
+
 class Reply:
     """An upstream reply whose status was 2xx and whose first bytes have arrived."""
 
@@ -106,7 +111,7 @@ async def open_reply(
                 "POST", url, data=body, headers=headers, timeout=timeout, allow_redirects=False, compress=False
             )
             try:
-                if not 200 <= response.status <= 299:
+                if not 200 <= response.status <= 299 or response.status in NO_CONTENT_STATUSES:
                     raise _status_error(response, await _read_capped(response), decode_error, upstream)
                 _check_encoding(response, upstream)
                 chunks = response.content.iter_chunked(CHUNK_SIZE)
@@ -163,7 +168,7 @@ async def get_json_body(
     try:
         async with asyncio.timeout(timeout):
             async with client.request("GET", url, headers=headers, timeout=NO_TIMEOUT, allow_redirects=False) as response:
-                if not 200 <= response.status <= 299:
+                if not 200 <= response.status <= 299 or response.status in NO_CONTENT_STATUSES:
                     raise BackendError(f"GET {url}: HTTP {response.status}", status=502)
                 body = bytearray()
                 async for chunk in response.content.iter_chunked(CHUNK_SIZE):
@@ -184,6 +189,9 @@ def _status_error(response: aiohttp.ClientResponse, body: bytes, decode_error: E
     if 300 <= status <= 399:
         where = display_url(header(response, "location") or "elsewhere")
         return BackendError(f"upstream {upstream} redirected to {where}; configure that URL instead")
+    if status in NO_CONTENT_STATUSES:
+        error = BackendError(f"upstream {upstream} answered HTTP {status}, which carries no reply", status=502)
+        return Failed(f"HTTP {status}: no reply", error=error, responded=True)
     if not 400 <= status <= 599:  # 1xx, or no HTTP status at all (600 and up)
         error = BackendError(f"upstream {upstream} answered HTTP {status}, which is not a status a reply can have")
         return Failed(f"HTTP {status}: not a reply status", error=error, responded=True)

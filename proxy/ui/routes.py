@@ -9,22 +9,27 @@ The JSON views need the key like every other endpoint.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import msgspec
 from litestar import MediaType, Request, Response, Router, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
 
+from adapters.canonical import ChatRequest
+from backends.admission import Admission
 from config import Config
 from proxy.chat import prepare
+from proxy.limits import check_message_count
 from proxy.models import ModelTable
 from proxy.record import RequestRecord
 from proxy.ui.config_view import ConfigView, config_view
-from proxy.ui.turn import TurnView, canonical_request, decode_turn, turn_view
+from proxy.ui.turn import Turn, canonical_request, decode_turn, turn_view
 from proxy.version import __version__
 
 HERE = Path(__file__).parent
@@ -50,6 +55,20 @@ SECURITY_HEADERS = [
 def ui_router(config: Config) -> Router:
     page = render_page(config)
     files = static_files()
+    # A 4 MiB turn is about a second of Python (every frame decoded, converted, written
+    # again): built on a thread, so the event loop keeps answering, and one at a time,
+    # so that four at once do not take four shares of the GIL from it.
+    turns = Admission(1, config.server.limits.max_queue)
+
+    @post("/api/turn", status_code=200, include_in_schema=False, request_max_body_size=MAX_TURN_BYTES)
+    async def show_turn(request: Request[Any, Any, Any], models: NamedDependency[ModelTable]) -> Response[bytes]:
+        body = await request.body()
+        async with turns.slot("ui-turn"):
+            turn, sent = await asyncio.to_thread(_decoded_turn, body, models)
+            # A record of its own: this view is not a chat and must not count as one in /metrics.
+            _, _, served = prepare(models, sent, RequestRecord("ui-turn", "POST", request.url.path))
+            view = await asyncio.to_thread(_encoded_view, turn, sent, served)
+        return Response(view, media_type=MediaType.JSON)
 
     @get("/static/{name:str}", include_in_schema=False)
     async def static(name: FromPath[str]) -> Response[bytes]:
@@ -99,10 +118,12 @@ async def show_config(models: NamedDependency[ModelTable]) -> ConfigView:
     return config_view(models.config)
 
 
-@post("/api/turn", status_code=200, include_in_schema=False, request_max_body_size=MAX_TURN_BYTES)
-async def show_turn(request: Request[Any, Any, Any], models: NamedDependency[ModelTable]) -> TurnView:
-    turn = decode_turn(await request.body())
+def _decoded_turn(body: bytes, models: ModelTable) -> tuple[Turn, ChatRequest]:
+    turn = decode_turn(body)
     sent = canonical_request(turn)
-    # A record of its own: this view is not a chat and must not count as one in /metrics.
-    _, _, served = prepare(models, sent, RequestRecord("ui-turn", "POST", request.url.path))
-    return turn_view(turn, sent, served)
+    check_message_count(len(sent.messages), models.limits)  # as the chat routes bound it
+    return turn, sent
+
+
+def _encoded_view(turn: Turn, sent: ChatRequest, served: ChatRequest) -> bytes:
+    return msgspec.json.encode(turn_view(turn, sent, served))

@@ -105,9 +105,9 @@ def test_openai_render_float_and_base64_agree() -> None:
     assert np.array_equal(np.asarray(decoded, dtype=np.float32), np.asarray([d["embedding"] for d in floats["data"]], dtype=np.float32))
 
 
-def test_ollama_render_omits_zero_counts() -> None:
+def test_ollama_render_writes_zero_counts() -> None:
     body = msgspec.json.decode(ol.render_embed(EmbedResult(vectors=np.zeros((0, 0), dtype=np.float32)), "m"))
-    assert body == {"model": "m", "embeddings": []}
+    assert body == {"model": "m", "embeddings": [], "total_duration": 0, "load_duration": 0, "prompt_eval_count": 0}
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,16 @@ def test_ollama_embed_gives_unit_vectors_and_counts(real_server: RunningServer) 
     assert reply.total_duration and reply.total_duration > 0
 
 
+def test_ollama_embed_always_carries_the_three_counts(real_server: RunningServer) -> None:
+    """As Ollama sends them: the Vercel AI SDK's ollama provider parses total_duration,
+    load_duration and prompt_eval_count as required numbers; a loaded model's
+    load_duration of 0 was left out and failed the whole reply there."""
+    for body in ({"model": MODEL, "input": TEXTS[0]}, {"model": MODEL, "input": TEXTS[0]}, {"model": MODEL}):
+        reply = httpx.post(real_server.url + "/api/embed", json=body).json()
+        for key in ("total_duration", "load_duration", "prompt_eval_count"):
+            assert isinstance(reply.get(key), int) and reply[key] >= 0, (key, reply.keys())
+
+
 def test_the_same_input_alone_and_inside_a_batch(real_server: RunningServer) -> None:
     client = ollama.Client(host=real_server.url)
     batch = vectors(client.embed(model=MODEL, input=[*TEXTS, "a much longer input " * 20]))

@@ -58,6 +58,26 @@ async def test_the_oldest_go_when_over_the_size_bound(tmp_path: Path) -> None:
         await store.aclose()
 
 
+async def test_over_the_bound_the_key_holding_the_most_loses_its_oldest(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite3", max_age=3600, max_bytes=100)
+    try:
+        def owned(name: str, owner: str, age: float) -> StoredResponse:
+            return StoredResponse(name, time.time() - age, b"r" * 18, b"[]", owner)  # 20 bytes
+
+        assert await store.put(owned("a0", "A", 100))
+        assert await store.put(owned("a1", "A", 99))
+        for i in range(8):
+            assert await store.put(owned(f"b{i}", "B", 50 - i))
+        found = [r.id for r in [await store.get(n, o) for n, o in [("a0", "A"), ("a1", "A")] + [(f"b{i}", "B") for i in range(8)]] if r]
+        assert found == ["a0", "a1", "b5", "b6", "b7"]  # A's older rows stay: B held more
+        # A row that its own key's share pushes out at once is not kept, and costs nothing.
+        assert not await store.put(StoredResponse("b-big", time.time(), b"r" * 80, b"[]", "B"))
+        assert await store.get("b-big", "B") is None and await store.get("a0", "A") is not None
+        assert await store.get("b5", "B") is not None
+    finally:
+        await store.aclose()
+
+
 async def test_no_store() -> None:
     store = NoStore()
     assert not await store.put(row("a")) and await store.get("a") is None and not await store.delete("a")

@@ -39,7 +39,9 @@ def show(server: RunningServer, name: str) -> dict[str, object]:
 
 def test_the_default_model(real_server: RunningServer) -> None:
     shown = show(real_server, "smollm2:135m")
-    assert continue_reads(shown) == (2048, [], False)  # no FIM tokens in SmolLM2's vocabulary
+    # the model's end token as a stop line (Ollama's smollm2 lists it); no FIM tokens in its vocabulary
+    assert continue_reads(shown) == (2048, ["<|im_end|>"], False)
+    assert 'stop                           "<|im_end|>"' in str(shown["parameters"]).split("\n")
     assert shown["model_info"] == {
         "general.architecture": "llama",
         "general.basename": "smollm2:135m",

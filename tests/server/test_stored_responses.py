@@ -81,3 +81,51 @@ def test_one_request_cannot_fill_the_store(scripted_server: RunningServer) -> No
             client.responses.create(model="scripted", input="hello", **extra)
         assert refused.value.body["param"] in ("tools", "metadata", "prompt_cache_key")  # type: ignore[index]
     assert client.responses.retrieve(kept.id).id == kept.id
+
+
+SMALL_STORE = """\
+server:
+  api_keys: "key-a, key-b"
+  responses: {{path: {path}, max_bytes: 1048576}}
+models:
+  - name: scripted
+    backend: tests.support.scripted:ScriptedBackend
+"""
+
+
+@pytest.fixture
+def small_store(tmp_path: Path) -> Iterator[RunningServer]:
+    with serve(config_from_yaml(SMALL_STORE.format(path=tmp_path / "responses.sqlite3"))) as server:
+        yield server
+
+
+def test_one_key_filling_the_store_pushes_out_its_own_responses(small_store: RunningServer) -> None:
+    """Key B storing 8 × 200 KB in a 1 MiB store made key A's only response a 404: the
+    oldest rows went whoever owned them. Now the key holding the most loses its oldest."""
+    alice, bob = client(small_store, "key-a"), client(small_store, "key-b")
+    kept = alice.responses.create(model="scripted", input="remember me")
+    bobs = [bob.responses.create(model="scripted", input=f"{i} " + "x" * 200_000).id for i in range(8)]
+    assert alice.responses.retrieve(kept.id).id == kept.id
+    assert bob.responses.retrieve(bobs[-1]).id == bobs[-1]  # the newest of B's are kept...
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve(bobs[0])  # ...and its oldest made room
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_response_too_big_to_store_says_store_false(small_store: RunningServer, stream: bool) -> None:
+    """It said store: true and then 404'd."""
+    alice = client(small_store, "key-a")
+    huge = "y" * 1_100_000  # over max_bytes alone
+    if stream:
+        events = list(alice.responses.create(model="scripted", input=huge, stream=True))
+        final = events[-1].response  # type: ignore[union-attr]
+        assert events[0].response.store is True  # type: ignore[union-attr]  # known only at the end
+    else:
+        final = alice.responses.create(model="scripted", input=huge)
+    assert final.status == "completed" and final.output_text
+    assert final.store is False
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(final.id)
+    small = alice.responses.create(model="scripted", input="small", stream=stream)
+    small_final = list(small)[-1].response if stream else small  # type: ignore[union-attr, arg-type]
+    assert small_final.store is True and alice.responses.retrieve(small_final.id).id == small_final.id

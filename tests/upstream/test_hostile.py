@@ -47,6 +47,8 @@ OPENAI_SCRIPT: dict[str, Reply | list[Reply]] = {
     "retry-date": Reply("openai/error_429.json", status=429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
     "status-600": Reply("openai/vllm_text.sse", status=600),
     "status-999": Reply("openai/error_429.json", status=999),
+    "status-205": Reply("openai/vllm_text.sse", status=205),
+    "status-205-empty": Reply(body=b"", status=205),
     "status-302": Reply(body=b"", status=302, headers={"Location": "http://user:hunter2@elsewhere.example/v1"}),
     "zstd-reply": Reply("openai/vllm_text.sse", headers={"Content-Encoding": "zstd"}),
     # 256 MiB of one JSON string, sent lazily: the whole reply the client did not stream for.
@@ -151,6 +153,26 @@ def test_a_status_line_past_599_is_a_502_naming_the_upstream(
     assert f"upstream {upstreams[0].url}/v1 answered HTTP {model[-3:]}" in text
     assert not [e for e in logged if "exc_info" in e or "exception" in e or e.get("log_level") == "error"]
     assert not [rec for rec in caplog.records if rec.exc_info]  # uvicorn's "Exception in ASGI application"
+
+
+@pytest.mark.parametrize("dialect", ["openai", "ollama"])
+@pytest.mark.parametrize("model", ["status-205", "status-205-empty"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_2xx_that_carries_no_reply_is_a_502(
+    gateway: RunningServer, upstreams: tuple[ReplayServer, ReplayServer], model: str, dialect: str, stream: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """205 Reset Content is a 2xx that can carry no body (RFC 9110 15.3.6): the upstream
+    sent no reply, a bad gateway. A body after it was relayed as a 200, an empty one
+    was 'closed the reply before sending a byte'. (204 is the same in the code; the
+    replay server cannot send one that aiohttp reads cleanly.)"""
+    with structlog.testing.capture_logs() as logged:
+        r = chat(gateway, model, dialect=dialect, stream=stream)
+    assert r.status_code == 502, r.text[:300]
+    assert f"upstream {upstreams[0].url}/v1" in message(r, dialect)
+    assert f"HTTP {model[7:10]}" in message(r, dialect)
+    assert not [e for e in logged if "exc_info" in e or "exception" in e or e.get("log_level") == "error"]
+    assert not [rec for rec in caplog.records if rec.exc_info]
 
 
 def test_a_redirect_is_a_502_without_the_credentials_it_names(gateway: RunningServer) -> None:
