@@ -19,6 +19,7 @@ from proxy.auth import auth_middleware_factory
 from proxy.completion_routes import completion_router
 from proxy.cors import cors_config
 from proxy.health_routes import health_router, metrics_route
+from proxy.host_check import host_check, host_rules
 from proxy.logging import observe_requests
 from proxy.metrics import Metrics
 from proxy.model_admin_routes import model_admin_router
@@ -96,7 +97,11 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         debug=False,
     )
     app.state.metrics = metrics
-    # Outside Litestar's router, so that every answer is observed and gets its id: a
-    # refused key, and the 404s and 405s that route middleware never sees.
-    app.asgi_handler = observe_requests(metrics)(app.asgi_handler)
+    # Host is checked before CORS and routing (no handler runs for a request it
+    # refuses), inside the observer, so that every answer is observed and gets its id:
+    # these refusals, a refused key, and the 404s and 405s route middleware never sees.
+    handler = app.asgi_handler
+    if (rules := host_rules(server)) is not None:
+        handler = host_check(rules)(handler)
+    app.asgi_handler = observe_requests(metrics)(handler)
     return app

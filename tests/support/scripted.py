@@ -48,6 +48,12 @@ class ScriptedBackend:
     produced: dict[str, int] = {}
     last_request: Request | None = None
 
+    @classmethod
+    def ran(cls, text: str) -> bool:
+        """Whether a request whose last message (or prompt) was ``text`` reached the
+        backend, i.e. a handler ran for it."""
+        return any(key.startswith(text + "#") for key in cls.started)
+
     def __init__(self, route: ModelRoute) -> None:
         self.route = route
         self.settings: ScriptedSettings = route.settings  # type: ignore[assignment]
