@@ -26,6 +26,7 @@ from proxy.model_admin_routes import model_admin_router
 from proxy.models import BackendFactory, ModelTable, build_backend
 from proxy.ollama_routes import ollama_router
 from proxy.openai_routes import openai_router
+from proxy.origin_check import origin_check
 from proxy import ui
 from proxy.response_store import ResponseStore, open_store
 from proxy.responses_routes import responses_router
@@ -74,6 +75,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         open_paths += ui.open_paths()
     if config.api_keys:
         middleware.append(auth_middleware_factory(config.api_keys, open_paths))
+    cors = cors_config(server)
     app = Litestar(
         route_handlers=routes,
         dependencies={
@@ -83,7 +85,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
         lifespan=[lifespan],
-        cors_config=cors_config(server),
+        cors_config=cors,
         request_max_body_size=server.limits.max_body_bytes,
         request_class=StrictBodyRequest,  # bodies decoded by msgspec's strict rules, not Litestar's lax ones
         openapi_config=OpenAPIConfig(
@@ -97,10 +99,10 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         debug=False,
     )
     app.state.metrics = metrics
-    # Host is checked before CORS and routing (no handler runs for a request it
-    # refuses), inside the observer, so that every answer is observed and gets its id:
-    # these refusals, a refused key, and the 404s and 405s route middleware never sees.
-    handler = app.asgi_handler
+    # Host and Origin are checked before CORS and routing (no handler runs for a request
+    # they refuse), inside the observer, so that every answer is observed and gets its
+    # id: these refusals, a refused key, and the 404s and 405s route middleware never sees.
+    handler = origin_check(cors)(app.asgi_handler)
     if (rules := host_rules(server)) is not None:
         handler = host_check(rules)(handler)
     app.asgi_handler = observe_requests(metrics)(handler)
