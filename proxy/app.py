@@ -9,7 +9,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 
 from config import Config
 from proxy.embedding_routes import embedding_router
@@ -93,7 +93,9 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
             version=__version__,
             description="OpenAI Chat Completions and Responses, Anthropic Messages and Ollama chat, served by backends chosen per model.",
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            # The document only (/schema is its JSON): Swagger UI and the other renderers load
+            # their scripts from a CDN onto the API's own origin.
+            render_plugins=[JsonRenderPlugin(), YamlRenderPlugin()],
         ),
         logging_config=None,
         debug=False,
