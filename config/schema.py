@@ -6,6 +6,8 @@ backend knows (the backend's own ``Settings`` struct); :mod:`config.loader` spli
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -97,6 +99,31 @@ class ResponseStoreConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=Tru
             raise ValueError("'max_bytes' must be at least 1048576 (1 MiB)")
 
 
+def listed(value: list[str] | str) -> list[str]:
+    """A setting that is a list, or one string split on commas and whitespace (so that
+    ``"${DRAGOMAN_HOSTS}"`` can carry several)."""
+    items = value.replace(",", " ").split() if isinstance(value, str) else value
+    return [item.strip() for item in items if item.strip()]
+
+
+_HOST_NAME = re.compile(r"(\*\.)?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
+
+
+def host_entry_problem(entry: str) -> str | None:
+    """Why ``entry`` cannot be a ``server.allowed_hosts`` entry: a name, ``*.domain``, an
+    IP address (an IPv6 one with or without brackets), or ``*``; never a scheme or port."""
+    if entry == "*" or _HOST_NAME.fullmatch(entry):
+        return None
+    try:
+        ipaddress.ip_address(entry.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return (
+            f"'allowed_hosts': '{entry}' is not a host name or address; list names ('gw.lan'), "
+            "'*.lan' for every name under a domain, addresses, or '*', without scheme or port"
+        )
+    return None
+
+
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     host: str = DEFAULT_HOST
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = DEFAULT_PORT  # 0: any free port (start-up says which)
@@ -117,6 +144,12 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # allow-list. Empty: CORS off.
     cors_origins: list[str] | str = msgspec.field(default_factory=lambda: list(OLLAMA_ORIGINS))
     cors_allow_credentials: bool = False  # send Access-Control-Allow-Credentials (cookies, auth)
+    # Host names this server answers besides the ones that always reach it (localhost,
+    # *.localhost, its loopback addresses, its own name and the address a client connected
+    # to): "gw.lan", "*.lan", an address, or "*" for any. A list or one string split on
+    # commas/whitespace. Bound to loopback the check is always on (a web page could
+    # otherwise reach the server by DNS rebinding); bound elsewhere only when this is set.
+    allowed_hosts: list[str] | str = msgspec.field(default_factory=list)
     shutdown_grace: float = 30.0  # seconds running streams get after SIGTERM
     # Server processes on the one port. "auto": one per core when every model entry is
     # an upstream server, else one (proxy/workers.py says why).
@@ -125,6 +158,11 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     limits: Limits = Limits()
     image_fetch: ImageFetch = ImageFetch()
     responses: ResponseStoreConfig = ResponseStoreConfig()
+
+    def __post_init__(self) -> None:
+        for entry in listed(self.allowed_hosts):
+            if problem := host_entry_problem(entry):
+                raise ValueError(problem)
 
 
 # Keys of a model entry that every backend shares; everything else is backend settings.

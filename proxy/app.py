@@ -9,7 +9,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 
 from config import Config
 from proxy.embedding_routes import embedding_router
@@ -19,12 +19,14 @@ from proxy.auth import auth_middleware_factory
 from proxy.completion_routes import completion_router
 from proxy.cors import cors_config
 from proxy.health_routes import health_router, metrics_route
+from proxy.host_check import host_check, host_rules
 from proxy.logging import observe_requests
 from proxy.metrics import Metrics
 from proxy.model_admin_routes import model_admin_router
 from proxy.models import BackendFactory, ModelTable, build_backend
 from proxy.ollama_routes import ollama_router
 from proxy.openai_routes import openai_router
+from proxy.origin_check import origin_check
 from proxy import ui
 from proxy.response_store import ResponseStore, open_store
 from proxy.responses_routes import responses_router
@@ -73,6 +75,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         open_paths += ui.open_paths()
     if config.api_keys:
         middleware.append(auth_middleware_factory(config.api_keys, open_paths))
+    cors = cors_config(server)
     app = Litestar(
         route_handlers=routes,
         dependencies={
@@ -82,7 +85,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
         lifespan=[lifespan],
-        cors_config=cors_config(server),
+        cors_config=cors,
         request_max_body_size=server.limits.max_body_bytes,
         request_class=StrictBodyRequest,  # bodies decoded by msgspec's strict rules, not Litestar's lax ones
         openapi_config=OpenAPIConfig(
@@ -90,13 +93,19 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
             version=__version__,
             description="OpenAI Chat Completions and Responses, Anthropic Messages and Ollama chat, served by backends chosen per model.",
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            # The document only (/schema is its JSON): Swagger UI and the other renderers load
+            # their scripts from a CDN onto the API's own origin.
+            render_plugins=[JsonRenderPlugin(), YamlRenderPlugin()],
         ),
         logging_config=None,
         debug=False,
     )
     app.state.metrics = metrics
-    # Outside Litestar's router, so that every answer is observed and gets its id: a
-    # refused key, and the 404s and 405s that route middleware never sees.
-    app.asgi_handler = observe_requests(metrics)(app.asgi_handler)
+    # Host and Origin are checked before CORS and routing (no handler runs for a request
+    # they refuse), inside the observer, so that every answer is observed and gets its
+    # id: these refusals, a refused key, and the 404s and 405s route middleware never sees.
+    handler = origin_check(cors)(app.asgi_handler)
+    if (rules := host_rules(server)) is not None:
+        handler = host_check(rules)(handler)
+    app.asgi_handler = observe_requests(metrics)(handler)
     return app

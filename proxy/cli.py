@@ -18,6 +18,7 @@ from backends.registry import settings_type
 from config import Config, ConfigError, check_report, load_config, routing_table
 from proxy import workers
 from proxy.gc_settings import tune_for_serving
+from proxy.host_check import bound_to, startup_warnings
 from proxy.logging import configure_logging
 
 
@@ -94,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
     sockets = workers.bind_sockets(host, port, count) if count > 1 or port == 0 else []
     if sockets:
         port = sockets[0].getsockname()[1]
+    config = bound_to(config, host)
     address = workers.url_host(host)
     print(f"dragoman: serving {len(config.models)} model entr{'y' if len(config.models) == 1 else 'ies'} "
           f"from {config.source} on http://{address}:{port}"
@@ -102,6 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"dragoman: web page at http://{address}:{port}/ui", file=sys.stderr)
     if note := workers.startup_note(config, count):
         print(f"dragoman: note: {note}", file=sys.stderr)
+    for warning in startup_warnings(config):
+        print(f"dragoman: warning: {warning}", file=sys.stderr)
     if count > 1:
         return workers.serve_processes(config, args.config, sockets)
     app = create_app(config)

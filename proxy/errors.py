@@ -85,6 +85,19 @@ def render(request: Request[Any, Any, Any], err: DragomanError) -> Response[byte
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
+async def send_error(scope: dict[str, Any], send: Any, err: DragomanError) -> None:
+    """``err`` answered by ASGI middleware before any route is chosen, in the dialect the
+    path names (as a 404 is), and noted on the request's log line."""
+    record = scope.get(SCOPE_KEY)
+    if record is not None and record.error is None:
+        record.error = err.message
+    dialect = scope_dialect(scope)
+    body = error_body(dialect, err)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": error_status(dialect, err), "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def handle_dragoman_error(request: Request[Any, Any, Any], exc: DragomanError) -> Response[bytes]:
     return render(request, exc)
 

@@ -199,9 +199,12 @@ def _worker_main(sock: socket.socket, config_path: str | None, index: int, super
     from proxy.app import create_app
     from proxy.cli import GracefulServer
     from proxy.gc_settings import tune_for_serving
+    from proxy.host_check import bound_to
     from proxy.logging import configure_logging
 
-    config = load_config(Path(config_path) if config_path else None, settings_type)
+    # Bound where the supervisor bound the socket (``--host`` may differ from the file):
+    # the Host check depends on it.
+    config = bound_to(load_config(Path(config_path) if config_path else None, settings_type), sock.getsockname()[0])
     configure_logging(config.server.log_format, config.server.log_level)
     app = create_app(config)
     tune_for_serving()

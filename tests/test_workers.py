@@ -217,7 +217,7 @@ def test_a_burst_of_connections_is_spread_over_the_workers(two_workers: tuple[su
     burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
     try:
         for sock in burst:
-            sock.sendall(b"GET /api/version HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         for sock in burst:
             assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         held = established(children(server.pid), port)
@@ -261,7 +261,7 @@ def test_sigterm_lets_both_workers_streams_finish_and_refuses_new_connections(
     while True:  # until the workers have closed their sockets: each try is answered at once
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=SLOW_GAP * 20) as sock:
-                sock.sendall(b"GET /api/version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                sock.sendall(b"GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 answered = sock.recv(1024)  # a 200 or a 503 while a worker is still stopping
         except (ConnectionRefusedError, ConnectionResetError):  # reset: queued as its worker closed
             answered = b""

@@ -218,7 +218,7 @@ def test_a_body_sent_too_slowly_is_a_408_and_others_are_served(path: str) -> Non
     config = config_from_yaml(SCRIPTED_CONFIG + "server:\n  limits:\n    body_seconds: 1.5\n")
     body = json.dumps({"model": "scripted", "messages": user(), "max_tokens": 8}).encode()
     with serve(config) as server, socket.create_connection(("127.0.0.1", server.port), timeout=10) as slow:
-        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         slow.sendall(head.encode() + body[:5])
         began = time.monotonic()
         # Meanwhile another client's whole request is answered as usual.

@@ -57,6 +57,12 @@ class ScriptedBackend:
     def reset(cls) -> None:
         cls.started, cls.cancelled, cls.produced, cls.last_request = [], [], {}, None
 
+    @classmethod
+    def ran(cls, text: str) -> bool:
+        """Whether a request whose last message (or prompt) was ``text`` reached the
+        backend, i.e. a handler ran for it."""
+        return any(key.startswith(text + "#") for key in cls.started)
+
     def __init__(self, route: ModelRoute) -> None:
         self.route = route
         self.settings: ScriptedSettings = route.settings  # type: ignore[assignment]

@@ -29,12 +29,14 @@ class RunningServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """Where a client on this machine reaches it (loopback for a wildcard bind)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(self.host, self.host)
+        return f"http://{host}:{self.port}"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
@@ -56,10 +58,12 @@ def serve(config: Config, *, backend_factory: BackendFactory = build_backend) ->
 
 @contextmanager
 def _serve(config: Config, backend_factory: BackendFactory) -> Iterator[RunningServer]:
-    port = free_port()
+    """Bound to ``server.host`` (127.0.0.1 unless a test asks for another)."""
+    host = config.server.host
+    port = free_port(host)
     app = create_app(config, backend_factory=backend_factory)
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on")
+        uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on")
     )
     thread = threading.Thread(target=server.run, name=f"dragoman-test-{port}", daemon=True)
     thread.start()
@@ -69,7 +73,7 @@ def _serve(config: Config, backend_factory: BackendFactory) -> Iterator[RunningS
             raise RuntimeError("test server did not start")
         time.sleep(0.02)
     try:
-        yield RunningServer("127.0.0.1", port, config)
+        yield RunningServer(host, port, config)
     finally:
         server.should_exit = True
         thread.join(timeout=30)
