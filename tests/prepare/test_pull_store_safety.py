@@ -84,7 +84,7 @@ def test_a_symlink_out_of_the_store_is_not_followed(server: RunningServer, store
     assert "system layer" in error and "is a symlink, not a regular file" in error
 
 
-def test_a_symlinked_blobs_folder_out_of_the_store_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_symlinked_folder_out_of_the_store_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = Store(tmp_path / "elsewhere")
     elsewhere.add_model("m", "latest", gguf_file(tmp_path / "m.gguf"))
     root = tmp_path / "store"
