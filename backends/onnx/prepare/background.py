@@ -240,21 +240,35 @@ async def build_in_subprocess(
 ) -> Path:
     """``python -m <module_args>`` as a child process (the embedding models' builds),
     its stage lines logged (and given to ``on_line``); the build must leave an intact
-    marker at ``target``."""
+    marker at ``target``. In the same line as the chat models' builds (:mod:`.build_queue`)."""
+    return await build_queue.queue().run(
+        ("module", *module_args, str(target)), what, lambda emit: _module_in_child(module_args, target, what, emit), on_line,
+        status=lambda text: text, is_stage=lambda line: line.startswith("["),
+    )  # fmt: skip
+
+
+async def _module_in_child(module_args: list[str], target: Path, what: str, on_line: Callable[[str], None]) -> Path:
     log.warning("building %s into %s (first use; takes a minute)", what, target)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", *module_args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
+        limit=1 << 20,
     )  # fmt: skip
-    tail: list[str] = []
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+    errors: list[str] = []
     assert process.stderr is not None
     while line := await process.stderr.readline():
         text = line.decode(errors="replace").rstrip()
-        if text.startswith(("[", "error")) or "model ready" in text:
+        if text.startswith("error:"):
+            errors.append(text.removeprefix("error:").strip())
+        elif text.startswith("[") or "model ready" in text:
             log.info("%s", text)
-            if on_line is not None:
-                on_line(text)
-        tail = [*tail[-9:], text]
-    if await process.wait() != 0 or not is_prepared(target):
-        errors = [t for t in tail if t.startswith("error:")]
-        raise PrepareError(f"building {what} failed: {(errors or tail or ['no output'])[-1]}")
+            on_line(text)
+        else:
+            tail.append(text[:2000])
+    code = await process.wait()
+    if code != 0 or not is_prepared(target):
+        if tail:  # a crash's traceback: for the server log, not for whoever asked
+            log.error("building %s failed (exit status %d); its last output:\n%s", what, code, "\n".join(tail))
+        reason = errors[-1] if errors else f"an internal error (exit status {code}); the server log has its output"
+        raise PrepareError(f"building {what} failed: {reason}")
     return target
