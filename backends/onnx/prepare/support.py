@@ -65,7 +65,9 @@ def sha256_file(path: Path, on_progress: HashProgress | None = None) -> str:
 def file_stamp(path: Path) -> str:
     """What says a file is unchanged since it was hashed: its path, size, mtime, and the
     inode and ctime — writing to a file changes its ctime, which (unlike the mtime) its
-    owner cannot set back, so a rewrite under the same size and mtime is seen too."""
+    owner cannot set back, so a rewrite under the same size and mtime is seen too. (On
+    Windows st_ctime is the creation time: there a file replaced is seen, by its new
+    inode and ctime, but an in-place rewrite that sets the mtime back is not.)"""
     status = path.stat()
     return f"{path.resolve()}|{status.st_size}|{status.st_mtime_ns}|{status.st_dev}:{status.st_ino}|{status.st_ctime_ns}"
 
