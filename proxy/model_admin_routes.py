@@ -45,6 +45,10 @@ class NotConfigured(DragomanError):
     status = 501
 
 
+class BuildsOff(DragomanError):
+    status = 403
+
+
 class NotServed(DragomanError):
     """A 404 with its own words (ModelNotFound would wrap them in "model '…' not found")."""
 
@@ -79,13 +83,21 @@ def _pull_for(models: ModelTable, name: str) -> Callable[[ProgressCallback], Awa
     except ModelNotFound:
         build = buildable(name)
         if build is None:
+            # Not the config file's path: whoever asks need not learn the server's folders.
             raise NotServed(
                 f"pull model manifest: model '{name}' is not served here: dragoman serves the models its config "
-                f"file names ({models.config.source}) and downloads none; add an entry for it (see README "
-                "'Configuration reference') and restart, or pick one of GET /api/tags",
+                "file names and downloads none; add an entry for it (see README 'Configuration reference') and "
+                "restart, or pick one of GET /api/tags",
                 param="model",
                 code="model_not_found",
             ) from None
+        if not models.config.server.pull_builds:
+            raise BuildsOff(
+                f"building '{name}' through /api/pull is turned off here (server.pull_builds: false); build it on "
+                f"the server with: dragoman models prepare {name}",
+                param="model",
+                code="forbidden",
+            )
         return build
     return lambda progress: _make_ready(backend, name, progress)
 
@@ -112,9 +124,10 @@ async def _progress_lines(make_ready: Callable[[ProgressCallback], Awaitable[Non
     except DragomanError as err:
         yield render_error(err) + b"\n"
         return
-    except Exception as exc:  # a failing build must end the stream with its reason
+    except Exception as exc:  # a failing pull must end the stream; its details are for the log
         log.exception("pull failed", model=name)
-        yield render_error(DragomanError(f"pull failed: {type(exc).__name__}: {exc}")) + b"\n"
+        yield render_error(DragomanError(f"pull failed: an internal error ({type(exc).__name__}); the server log "
+                                         "has the details")) + b"\n"  # fmt: skip
         return
     yield _line(_SUCCESS)
 

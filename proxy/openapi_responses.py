@@ -20,6 +20,7 @@ from adapters.responses import wire as responses_wire
 _ERROR_STATUSES = {
     400: "A bad field, named in the message (and in `param` for OpenAI clients).",
     401: "API keys are configured and the request has none or a wrong one.",
+    403: "Refused by the configuration; the message names the setting.",
     404: "No such model.",
     413: "The body or its images are larger than the configured limits.",
     502: "The backend or upstream failed before the reply began.",
@@ -85,7 +86,7 @@ OLLAMA_PULL = {
         "`application/x-ndjson`: one progress object per line, or a last `{\"error\": …}` line.",
         generate_examples=False,
     ),
-    **_errors(ollama.ErrorResponse, (400, 404, 502)),
+    **_errors(ollama.ErrorResponse, (400, 403, 404, 502)),
 }
 OLLAMA_ADMIN = _errors(ollama.ErrorResponse, (501,))
 ANTHROPIC_MESSAGES = {

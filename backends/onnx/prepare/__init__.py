@@ -4,6 +4,7 @@ Ollama store, or a known short name (``smollm2``, the default model).
 
 - :mod:`.sources` — what SOURCE is, checked up front (headers only)
 - :mod:`.ollama_store` — Ollama's manifests and blobs, as Ollama writes them
+- :mod:`.store_files` — reading a store's files safely (regular, inside, bounded)
 - :mod:`.go_templates` — what happens to a Go chat template
 - :mod:`.architectures` — what can be built, for which provider and precision
 - :mod:`.build` — the build: key, checks, stages, atomic install
@@ -11,6 +12,8 @@ Ollama store, or a known short name (``smollm2``, the default model).
 - :mod:`.catalogue` — the built models and their markers
 - :mod:`.entry` — the YAML entry printed or added to a config
 - :mod:`.background` — builds started from the server (first use, ``/api/pull``)
+- :mod:`.build_queue` — one build per source and one at a time in a server
+- :mod:`.build_lock` — one build at a time per home, across processes
 - :mod:`.support` — build folders, hashes, progress, disk/memory checks (reusable)
 
 Importing this package imports no torch, transformers or onnxruntime-genai.

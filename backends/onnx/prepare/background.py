@@ -11,6 +11,7 @@ child process, its progress read line by line.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -21,11 +22,13 @@ from typing import Any
 
 import msgspec
 
+from backends.onnx.prepare import build_queue
 from backends.onnx.prepare.catalogue import Build, is_prepared, read_record
-from backends.onnx.prepare.support import PrepareError
+from backends.onnx.prepare.support import PrepareError, dragoman_home
 
 log = logging.getLogger("dragoman.onnx.prepare")
 ROOT = str(Path(__file__).resolve().parents[3])
+LOG_TAIL = 40  # lines of a crashed build's output kept for the server log
 
 
 class BuildProgress(msgspec.Struct, frozen=True):
@@ -36,6 +39,7 @@ class BuildProgress(msgspec.Struct, frozen=True):
     total: int | None = None
     stage: int | None = None
     stages: int | None = None
+    digest: str | None = None  # what is being verified (``verifying sha256:…``)
 
 
 async def prepare_in_background(
@@ -48,8 +52,9 @@ async def prepare_in_background(
     on_progress: Callable[[BuildProgress], Any] | None = None,
 ) -> Build:
     """Build ``source`` (anything ``dragoman models prepare`` takes) in a child process;
-    ``on_progress`` gets every stage and bar update. Raises :class:`PrepareError` with
-    the child's reason."""
+    ``on_progress`` gets every stage and bar update. One build per source and one at
+    a time (:mod:`.build_queue`): a call for a build under way follows it. Raises
+    :class:`PrepareError` with the child's reason."""
     from backends.onnx.prepare.architectures import check_target
 
     problem = check_target(provider, precision)
@@ -57,30 +62,51 @@ async def prepare_in_background(
         if on_progress is not None:
             on_progress(BuildProgress(status=f"error: {problem}"))
         raise PrepareError(problem)
+    key = (source, name, provider, precision, str(home or dragoman_home()))
+    return await build_queue.queue().run(
+        key, source, lambda emit: _build_in_child(source, name, provider, precision, home, emit), on_progress,
+        status=lambda text: BuildProgress(status=text), is_stage=lambda event: event.stage is not None and event.completed is None,
+    )  # fmt: skip
+
+
+async def _build_in_child(
+    source: str, name: str | None, provider: str, precision: str, home: Path | None, on_progress: Callable[[BuildProgress], Any]
+) -> Build:
     args = [source, "--provider", provider, "--precision", precision, "--progress-json", "--print-path"]
     if name:
         args += ["--name", name]
     env = {**os.environ, **({"DRAGOMAN_HOME": str(home)} if home else {})}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "backends.onnx.prepare", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env, limit=1 << 20,
     )  # fmt: skip
+    log.info("build of %s started (pid %d)", source, process.pid)
     assert process.stderr is not None and process.stdout is not None
-    tail: list[str] = []
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+    errors: list[str] = []
     while line := await process.stderr.readline():
         text = line.decode(errors="replace").rstrip()
-        tail = [*tail[-9:], text]
         event = _event(text)
+        if event is None and not text.startswith("dragoman: "):
+            tail.append(text[:2000])
         if event is not None:
             log.info("%s", event.status)
-            if on_progress is not None:
-                on_progress(event)
+            if event.status.startswith("error: "):
+                errors.append(event.status.removeprefix("error: "))
+            on_progress(event)
+        elif text.startswith("dragoman: "):
+            errors.append(text.removeprefix("dragoman: "))
     out = (await process.stdout.read()).decode(errors="replace").strip().splitlines()
-    if await process.wait() != 0 or not out:
-        errors = [e.status for t in tail if (e := _event(t)) is not None and e.status.startswith("error: ")]
-        errors += [t for t in tail if t.startswith("dragoman: ")]
-        reason = (errors or tail or ["no output"])[-1].removeprefix("dragoman: ").removeprefix("error: ")
-        raise PrepareError(reason)
+    code = await process.wait()
+    log.info("build of %s ended (pid %d, exit status %d)", source, process.pid, code)
+    if code != 0 or not out:
+        if tail:  # a crash's traceback: for the server log, not for whoever asked
+            log.error("the build of %s failed (exit status %d); its last output:\n%s", source, code, "\n".join(tail))
+        if errors:  # the build's own reason, said for people (a PrepareError)
+            raise PrepareError(errors[-1])
+        how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        raise PrepareError(f"the build of {source} stopped with an internal error ({how}); the server log has its "
+                           f"output, and `dragoman models prepare {source}` shows it too — please report it")  # fmt: skip
     folder = Path(out[-1])
     record = read_record(folder)
     if record is None or not is_prepared(folder):
@@ -92,7 +118,7 @@ def pull_source(name: str) -> str | None:
     """The SOURCE ``prepare`` builds for a pull of ``name``: ``ollama:NAME[:TAG]`` when
     the local Ollama store has it, or a known name; None when nothing here can be built
     for it (a plain name is never looked up in the Ollama store: a pull that builds
-    gigabytes must be asked for by name). Only file lookups — cheap in a request handler."""
+    gigabytes must be asked for by name). Only a stat of the manifest — cheap in a request handler."""
     from backends.onnx.prepare import ollama_store
     from backends.onnx.prepare.sources import known
 
@@ -104,7 +130,7 @@ def pull_source(name: str) -> str | None:
         parsed = ollama_store.parse_name(name.removeprefix("ollama:"))
     except PrepareError:
         return None
-    return name if parsed.manifest_path(ollama_store.store_dir()).is_file() else None
+    return name if ollama_store.has_model(parsed, ollama_store.store_dir()) else None
 
 
 def pull_progress(progress: Callable[[Any], None] | None, digest: str | None) -> Callable[[BuildProgress], None] | None:
@@ -123,6 +149,8 @@ def pull_progress(progress: Callable[[Any], None] | None, digest: str | None) ->
             if event.completed is None:  # a stage begins
                 stages["total"] = event.stages
                 progress(PullProgress(status=event.status, digest=digest, total=event.stages, completed=event.stage - 1))
+        elif event.digest is not None:  # hashing the source: bytes, as Ollama counts a download
+            progress(PullProgress(status=event.status, digest=event.digest, total=event.total, completed=event.completed))
         elif event.status.startswith("model ready") and stages["total"]:
             progress(PullProgress(status=event.status, digest=digest, total=stages["total"], completed=stages["total"]))
         else:
@@ -140,10 +168,15 @@ def pull_build(name: str) -> Callable[[Callable[[Any], None]], Any] | None:
         return None
 
     async def build(progress: Callable[[Any], None]) -> None:
+        from adapters.errors import BackendError
         from backends.onnx.prepare.entry import yaml_entry
         from backends.pull import PullProgress
 
-        built = await prepare_in_background(source, on_progress=pull_progress(progress, _digest(source)))
+        digest = await asyncio.to_thread(_digest, source)  # the manifest is a file read: off the event loop
+        try:
+            built = await prepare_in_background(source, on_progress=pull_progress(progress, digest))
+        except PrepareError as exc:
+            raise BackendError(f"pull of '{name}' failed: {exc}") from None
         entry = " ".join(line.strip() for line in yaml_entry(built, built.record.name).splitlines() if line.strip())
         progress(PullProgress(status=f"built {built.id}; to serve it, add to the config's models: {entry}"))
 
@@ -157,7 +190,8 @@ def _digest(source: str) -> str | None:
 
     if source.startswith("ollama:"):
         try:
-            return f"sha256:{ollama_store.read_model(source.removeprefix('ollama:')).gguf_digest}"
+            name = ollama_store.parse_name(source.removeprefix("ollama:"))
+            return ollama_store.model_layer(ollama_store.read_manifest(name, ollama_store.store_dir()), name).digest
         except PrepareError:
             return None
     return f"sha256:{GGUF_SHA256}"
@@ -174,6 +208,9 @@ def _event(line: str) -> BuildProgress | None:
         return BuildProgress(status=str(data["note"]))
     if "error" in data:
         return BuildProgress(status=f"error: {data['error']}")
+    if "verify" in data:
+        digest = str(data["verify"])
+        return BuildProgress(status=f"verifying {digest}", completed=data.get("completed"), total=data.get("total"), digest=digest)
     if "status" in data:
         return BuildProgress(
             status=str(data["status"]), completed=data.get("completed"), total=data.get("total"),
@@ -203,21 +240,35 @@ async def build_in_subprocess(
 ) -> Path:
     """``python -m <module_args>`` as a child process (the embedding models' builds),
     its stage lines logged (and given to ``on_line``); the build must leave an intact
-    marker at ``target``."""
+    marker at ``target``. In the same line as the chat models' builds (:mod:`.build_queue`)."""
+    return await build_queue.queue().run(
+        ("module", *module_args, str(target)), what, lambda emit: _module_in_child(module_args, target, what, emit), on_line,
+        status=lambda text: text, is_stage=lambda line: line.startswith("["),
+    )  # fmt: skip
+
+
+async def _module_in_child(module_args: list[str], target: Path, what: str, on_line: Callable[[str], None]) -> Path:
     log.warning("building %s into %s (first use; takes a minute)", what, target)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", *module_args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
+        limit=1 << 20,
     )  # fmt: skip
-    tail: list[str] = []
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+    errors: list[str] = []
     assert process.stderr is not None
     while line := await process.stderr.readline():
         text = line.decode(errors="replace").rstrip()
-        if text.startswith(("[", "error")) or "model ready" in text:
+        if text.startswith("error:"):
+            errors.append(text.removeprefix("error:").strip())
+        elif text.startswith("[") or "model ready" in text:
             log.info("%s", text)
-            if on_line is not None:
-                on_line(text)
-        tail = [*tail[-9:], text]
-    if await process.wait() != 0 or not is_prepared(target):
-        errors = [t for t in tail if t.startswith("error:")]
-        raise PrepareError(f"building {what} failed: {(errors or tail or ['no output'])[-1]}")
+            on_line(text)
+        else:
+            tail.append(text[:2000])
+    code = await process.wait()
+    if code != 0 or not is_prepared(target):
+        if tail:  # a crash's traceback: for the server log, not for whoever asked
+            log.error("building %s failed (exit status %d); its last output:\n%s", what, code, "\n".join(tail))
+        reason = errors[-1] if errors else f"an internal error (exit status {code}); the server log has its output"
+        raise PrepareError(f"building {what} failed: {reason}")
     return target

@@ -5,12 +5,13 @@ provider and precision, into ``<DRAGOMAN_HOME>/models/<stem>-<precision>-<provid
   provider/precision pair, the build tools, and the estimated disk and peak memory
   against what is free — a refusal names the figures.
 - Idempotent by content: the build key hashes the source's content (the GGUF's sha256
-  — an Ollama blob's name is that hash already — or the HF folder's file hashes), the
+  — an Ollama blob's name, checked against its bytes — or the HF folder's file hashes), the
   template, the options and the tool versions. An intact build with the same key is
   reused, wherever it is and whatever it was called (a second name is recorded on it);
   a changed source or option is a new build, replacing the folder of the same name.
 - Atomic: the build happens in a hidden folder beside the target and is renamed into
   place when complete, with a marker listing every file's size and hash.
+- One at a time per home (:mod:`.build_lock`), taken after the reuse check.
 - The heavy work runs in :mod:`.worker`, a child process whose peak RSS is recorded
   (:mod:`.worker_process`).
 """
@@ -32,6 +33,7 @@ import msgspec
 
 from backends.onnx.prepare import catalogue
 from backends.onnx.prepare.architectures import BuildProvider, check_target
+from backends.onnx.prepare.build_lock import build_lock
 from backends.onnx.prepare.catalogue import Build, BuildRecord, SourceInfo, StageRecord
 from backends.onnx.prepare.sources import Source, resolve, sha256_text, slug
 from backends.onnx.prepare.support import (
@@ -174,18 +176,34 @@ def prepare(
     bar = progress if isinstance(progress, Progress) else Progress(4, enabled=progress)
     if not isinstance(ref, Source):
         bar.note(f"reading {ref}…")
-    source = ref if isinstance(ref, Source) else resolve(ref, home=home, template_file=template_file)
+    source = ref if isinstance(ref, Source) else resolve(ref, home=home, template_file=template_file, on_verify=bar.verify)
     bar.stages = 4 if source.is_gguf else 3
     served = name or source.default_name
     key = build_key(source, provider, precision)
-    target = target_folder(models_dir(home), slug(name) if name and source.kind != "known" else source.stem,
-                           precision, provider, served)  # fmt: skip
-    if not force:
-        existing = catalogue.with_key(key, home)
-        # A known name has its own folder, which configs name: only a build there counts.
-        anywhere = reuse_anywhere and source.kind != "known"
-        if existing is not None and (anywhere or existing.path == target):
-            return catalogue.add_name(existing, served)
+    stem = slug(name) if name and source.kind != "known" else source.stem
+    # A known name has its own folder, which configs name: only a build there counts.
+    anywhere = reuse_anywhere and source.kind != "known"
+    if not force and (built := _reusable(key, target_folder(models_dir(home), stem, precision, provider, served),
+                                         served, anywhere, home)) is not None:  # fmt: skip
+        return built
+    with build_lock(home or dragoman_home(), source.ref, bar.note):
+        target = target_folder(models_dir(home), stem, precision, provider, served)
+        # The build that held the lock may have been this very one.
+        if not force and (built := _reusable(key, target, served, anywhere, home)) is not None:
+            return built
+        return _build(source, key, target, served, provider, precision, bar, verbose=verbose)
+
+
+def _reusable(key: str, target: Path, served: str, anywhere: bool, home: Path | None) -> Build | None:
+    existing = catalogue.with_key(key, home)
+    if existing is not None and (anywhere or existing.path == target):
+        return catalogue.add_name(existing, served)
+    return None
+
+
+def _build(
+    source: Source, key: str, target: Path, served: str, provider: str, precision: str, bar: Progress, *, verbose: bool
+) -> Build:
     missing = missing_build_tools()
     if missing:
         raise PrepareError(f"building a model needs {', '.join(missing)}; install them with: {INSTALL_HINT}")

@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import msgspec
 
+from backends.onnx.prepare.store_files import checked_stat, inside, read_bounded
 from backends.onnx.prepare.support import PrepareError
 
 DEFAULT_HOST = "registry.ollama.ai"
@@ -43,7 +44,9 @@ PROJECTOR = "application/vnd.ollama.image.projector"
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
 _DIGEST = re.compile(r"^sha256[:-]([0-9a-fA-F]{64})$")
-MAX_TEXT_LAYER = 1 << 20  # a template, system prompt or params blob larger than this is not one
+MAX_TEXT_LAYER = 1 << 20  # a template, system prompt, params or config blob larger than this is not one
+MAX_MANIFEST = 1 << 20  # Ollama's manifests are a few hundred bytes
+_DRIVE = re.compile(r"^[A-Za-z]:")  # 'D:' joined to a Windows path replaces the store with drive D
 
 
 def store_dir() -> Path:
@@ -67,8 +70,13 @@ class OllamaName(msgspec.Struct, frozen=True):
             return f"{self.namespace}/{self.model}:{self.tag}"
         return f"{self.model}:{self.tag}"
 
-    def manifest_path(self, store: Path) -> Path:
-        return store / "manifests" / self.host / self.namespace / self.model / self.tag
+    def manifest_path(self, store: PurePath) -> PurePath:
+        """Where the manifest is; a :class:`PrepareError` when that is not inside the
+        store (parse_name keeps that from happening: this is the second line)."""
+        path = store / "manifests" / self.host / self.namespace / self.model / self.tag
+        if not inside(store, path):
+            raise PrepareError(f"'{self.display}' names a path outside the Ollama store")
+        return path
 
 
 def parse_name(text: str) -> OllamaName:
@@ -85,6 +93,9 @@ def parse_name(text: str) -> OllamaName:
     namespace = parts[-2] if len(parts) >= 2 else DEFAULT_NAMESPACE
     host = parts[-3] if len(parts) == 3 else DEFAULT_HOST
     host = host.split("://", 1)[-1]
+    if _DRIVE.match(host):
+        raise PrepareError(f"'{text}' is not an Ollama model name: a host of one letter before ':' ('{host}') "
+                           "would name a Windows drive")  # fmt: skip
     for kind, part in (("host", host), ("namespace", namespace), ("model", model), ("tag", tag)):
         if not _valid_part(kind, part):
             raise PrepareError(f"'{text}' is not an Ollama model name: bad {kind} '{part}'")
@@ -136,43 +147,62 @@ class OllamaModel(msgspec.Struct, frozen=True):
 
 
 def blob_path(store: Path, digest: str) -> Path:
-    match = _DIGEST.match(digest)
-    if not match:
-        raise PrepareError(f"layer digest '{digest}' is not a sha256 digest")
-    return store / "blobs" / f"sha256-{match.group(1)}"
+    return store / "blobs" / f"sha256-{_hex(digest)}"
+
+
+def read_manifest(name: OllamaName, store: Path) -> Manifest:
+    """The manifest of ``name``, read as :mod:`.store_files` reads (regular, inside,
+    bounded); a :class:`PrepareError` saying what to do when it is not there."""
+    path = Path(name.manifest_path(store))
+    try:
+        present = os.path.lexists(path)
+    except OSError:
+        present = False
+    if not present:
+        known = ", ".join(list_models(store)[:20]) or "none"
+        raise PrepareError(f"no Ollama model '{name.display}' in the Ollama store (the store has: {known}); "
+                           f"pull it with Ollama first (ollama pull {name.display}), or set OLLAMA_MODELS")  # fmt: skip
+    data = read_bounded(store, path, what=f"the manifest of '{name.display}'", cap=MAX_MANIFEST)
+    try:
+        return msgspec.json.decode(data, type=Manifest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise PrepareError(f"the manifest of '{name.display}' is not an Ollama manifest: {exc}") from exc
+
+
+def has_model(name: OllamaName, store: Path) -> bool:
+    """Whether the store has a manifest for ``name`` that may be read (a stat, no read)."""
+    try:
+        checked_stat(store, Path(name.manifest_path(store)), "the manifest")
+    except PrepareError:
+        return False
+    return True
+
+
+def model_layer(manifest: Manifest, name: OllamaName) -> Layer:
+    models = [layer for layer in manifest.layers if layer.mediaType == MODEL]
+    if len(models) != 1:
+        raise PrepareError(f"'{name.display}' has {len(models)} model layers; prepare reads exactly one GGUF")
+    return models[0]
 
 
 def read_model(text: str, store: Path | None = None) -> OllamaModel:
     store = store or store_dir()
     name = parse_name(text)
-    path = name.manifest_path(store)
-    if not path.is_file():
-        known = ", ".join(list_models(store)[:20]) or "none"
-        raise PrepareError(f"no Ollama model '{name.display}' in {store} (looked for {path}; the store has: {known}); "
-                           f"pull it with Ollama first (ollama pull {name.display}), or set OLLAMA_MODELS")  # fmt: skip
-    try:
-        manifest = msgspec.json.decode(path.read_bytes(), type=Manifest)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise PrepareError(f"{path} is not an Ollama manifest: {exc}") from exc
+    manifest = read_manifest(name, store)
     config = _json_blob(store, manifest.config) if manifest.config is not None else {}
     if config.get("remote_host"):
         raise PrepareError(f"'{name.display}' is an Ollama cloud model ({config['remote_host']}): it has no weights in the store")
     by_type: dict[str, list[Layer]] = {}
     for layer in manifest.layers:
         by_type.setdefault(layer.mediaType, []).append(layer)
-    models = by_type.get(MODEL, [])
-    if len(models) != 1:
-        raise PrepareError(f"'{name.display}' has {len(models)} model layers; prepare reads exactly one GGUF")
+    model = model_layer(manifest, name)
     if ADAPTER in by_type:
         raise PrepareError(f"'{name.display}' applies a LoRA adapter layer, which the ONNX builder cannot merge; "
                            "prepare its base model, or serve it through an Ollama upstream (backend: ollama)")  # fmt: skip
-    gguf = blob_path(store, models[0].digest)
-    try:
-        size = gguf.stat().st_size
-    except OSError:
-        raise PrepareError(f"'{name.display}': its model blob {gguf} is missing; pull the model again with Ollama") from None
-    if size != models[0].size:
-        raise PrepareError(f"'{name.display}': {gguf} has {size} bytes, the manifest says {models[0].size}; "
+    gguf = blob_path(store, model.digest)
+    size = checked_stat(store, gguf, f"the model blob of '{name.display}' ({model.digest})").st_size
+    if size != model.size:
+        raise PrepareError(f"'{name.display}': its model blob has {size} bytes, the manifest says {model.size}; "
                            "the pull was interrupted — pull it again with Ollama")  # fmt: skip
     notes = []
     if PROJECTOR in by_type:
@@ -188,7 +218,7 @@ def read_model(text: str, store: Path | None = None) -> OllamaModel:
     return OllamaModel(
         name=name,
         gguf=gguf,
-        gguf_digest=_DIGEST.match(models[0].digest).group(1).lower(),  # type: ignore[union-attr]
+        gguf_digest=_hex(model.digest),
         template=_text_blob(store, templates[-1]) if templates else None,
         system=_text_blob(store, systems[-1]) if systems else None,
         params=_json_blob(store, params[-1]) if params else {},
@@ -208,13 +238,26 @@ def list_models(store: Path | None = None) -> list[str]:
     return names
 
 
+def _hex(digest: str) -> str:
+    match = _DIGEST.match(digest)
+    if not match:
+        raise PrepareError(f"layer digest '{digest}' is not a sha256 digest")
+    return match.group(1).lower()
+
+
 def _text_blob(store: Path, layer: Layer) -> str:
+    """A small layer's text: a regular file in the store of the declared size (at most
+    :data:`MAX_TEXT_LAYER`) holding the bytes its digest names."""
+    kind = "config" if layer.mediaType == CONFIG_MEDIA_TYPE else layer.mediaType.rsplit(".", 1)[-1]
+    what = f"the {kind} layer ({layer.digest})"
     if layer.size > MAX_TEXT_LAYER:
-        raise PrepareError(f"layer {layer.digest} ({layer.mediaType}) is {layer.size} bytes; not a text layer")
+        raise PrepareError(f"{what} declares {layer.size} bytes, over the {MAX_TEXT_LAYER} bytes a text layer may have")
+    data = read_bounded(store, blob_path(store, layer.digest), what=what, cap=MAX_TEXT_LAYER, size=layer.size,
+                        sha256=_hex(layer.digest))  # fmt: skip
     try:
-        return blob_path(store, layer.digest).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PrepareError(f"cannot read the {layer.mediaType} layer: {exc}; pull the model again with Ollama") from exc
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PrepareError(f"{what} is not UTF-8 text: {exc}") from None
 
 
 def _json_blob(store: Path, layer: Layer) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from backends.onnx.prepare.architectures import (
 from backends.onnx.prepare.support import PrepareError, cached_sha256, sha256_file
 
 SourceKind = Literal["gguf", "hf", "ollama", "known"]
+VerifyProgress = Callable[[str, int, int], None]  # (sha256:<hex>, bytes hashed, bytes in all)
 
 
 class Source(msgspec.Struct, kw_only=True):
@@ -79,11 +80,14 @@ def known(ref: str) -> Known | None:
 # -- resolving -------------------------------------------------------------------------------
 
 
-def resolve(ref: str, *, home: Path | None = None, template_file: Path | None = None) -> Source:
-    """The source ``ref`` names; raises :class:`PrepareError` naming what is wrong."""
+def resolve(
+    ref: str, *, home: Path | None = None, template_file: Path | None = None, on_verify: VerifyProgress | None = None
+) -> Source:
+    """The source ``ref`` names; raises :class:`PrepareError` naming what is wrong.
+    ``on_verify`` hears how far hashing an Ollama blob is."""
     override = _read_template(template_file) if template_file else None
     if ref.startswith("ollama:"):
-        source = from_ollama(ref[len("ollama:"):], home, template_given=override is not None)
+        source = from_ollama(ref[len("ollama:"):], home, template_given=override is not None, on_verify=on_verify)
     elif (entry := known(ref)) is not None and not Path(ref).exists():
         gguf = entry.find(home)
         source = from_gguf(gguf, ref=ref, home=home)
@@ -192,9 +196,12 @@ OLLAMA_SAMPLING = (
 )  # fmt: skip
 
 
-def from_ollama(name: str, home: Path | None, *, template_given: bool = False) -> Source:
+def from_ollama(
+    name: str, home: Path | None, *, template_given: bool = False, on_verify: VerifyProgress | None = None
+) -> Source:
     found = ollama_store.read_model(name)
-    source = from_gguf(found.gguf, ref=f"ollama:{name}", home=home, digest=found.gguf_digest)
+    digest = verified_blob(found, home, on_verify)
+    source = from_gguf(found.gguf, ref=f"ollama:{name}", home=home, digest=digest)
     notes = list(found.notes)
     defaults = {k: v for k, v in found.params.items() if k in OLLAMA_SAMPLING}
     dropped = sorted(set(found.params) - set(defaults))
@@ -227,6 +234,21 @@ def from_ollama(name: str, home: Path | None, *, template_given: bool = False) -
         notes=notes,
         parameters=source.parameters,
     )
+
+
+def verified_blob(found: ollama_store.OllamaModel, home: Path | None, on_verify: VerifyProgress | None) -> str:
+    """The GGUF blob's sha256, checked against its name as Ollama checks a pull: a
+    blob holding other bytes would otherwise be built, and its build reused for the
+    genuine model of that digest. The hash is remembered by the file's stamp
+    (:func:`support.file_stamp`), so an unchanged blob is read once, not per pull."""
+    named = f"sha256:{found.gguf_digest}"
+    report = (lambda done, total: on_verify(named, done, total)) if on_verify is not None else None
+    actual = cached_sha256(found.gguf, home, report)
+    if actual != found.gguf_digest:
+        raise PrepareError(f"the model blob of '{found.name.display}' does not hold the bytes its name ({named[:19]}…) "
+                           f"says (it hashes to sha256:{actual[:12]}…); the store is damaged or was altered — "
+                           f"pull it again with Ollama (ollama pull {found.name.display})")  # fmt: skip
+    return actual
 
 
 # -- Hugging Face folder ---------------------------------------------------------------------------

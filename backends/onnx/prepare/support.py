@@ -41,19 +41,42 @@ def models_dir(home: Path | None = None) -> Path:
 # -- hashes ----------------------------------------------------------------------------
 
 
-def sha256_file(path: Path) -> str:
+HashProgress = Callable[[int, int], None]  # (bytes hashed, bytes in all)
+
+
+def sha256_file(path: Path, on_progress: HashProgress | None = None) -> str:
+    """The file's sha256, read in 1 MiB blocks; ``on_progress`` hears at the start, at
+    each twentieth and at the end (a multi-GB file takes a while)."""
     digest = hashlib.sha256()
+    total = path.stat().st_size
+    done, reported = 0, -1
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
+            if on_progress is not None and (twentieth := 20 * done // max(total, 1)) != reported:
+                on_progress(done, total)
+                reported = twentieth
             digest.update(block)
+            done += len(block)
+    if on_progress is not None:
+        on_progress(done, total)
     return digest.hexdigest()
 
 
-def cached_sha256(path: Path, home: Path | None = None) -> str:
-    """A file's sha256, remembered by (path, size, mtime) in ``<home>/hashes.json`` so a
-    second ``prepare`` of a multi-GB source does not read it again to find it unchanged."""
-    stat = path.stat()
-    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+def file_stamp(path: Path) -> str:
+    """What says a file is unchanged since it was hashed: its path, size, mtime, and the
+    inode and ctime — writing to a file changes its ctime, which (unlike the mtime) its
+    owner cannot set back, so a rewrite under the same size and mtime is seen too. (On
+    Windows st_ctime is the creation time: there a file replaced is seen, by its new
+    inode and ctime, but an in-place rewrite that sets the mtime back is not.)"""
+    status = path.stat()
+    return f"{path.resolve()}|{status.st_size}|{status.st_mtime_ns}|{status.st_dev}:{status.st_ino}|{status.st_ctime_ns}"
+
+
+def cached_sha256(path: Path, home: Path | None = None, on_progress: HashProgress | None = None) -> str:
+    """A file's sha256, remembered by :func:`file_stamp` in ``<home>/hashes.json`` so a
+    second ``prepare`` (or pull) of an unchanged multi-GB source does not read it again;
+    ``on_progress`` hears only when it is hashed."""
+    key = file_stamp(path)
     index_file = (home or dragoman_home()) / "hashes.json"
     try:
         index = json.loads(index_file.read_text())
@@ -61,8 +84,9 @@ def cached_sha256(path: Path, home: Path | None = None) -> str:
         index = {}
     if isinstance(index, dict) and isinstance(index.get(key), str):
         return index[key]
-    digest = sha256_file(path)
-    index = {k: v for k, v in (index.items() if isinstance(index, dict) else []) if not k.startswith(f"{path.resolve()}|")}
+    digest = sha256_file(path, on_progress)
+    prefix = f"{path.resolve()}|"
+    index = {k: v for k, v in (index.items() if isinstance(index, dict) else []) if not k.startswith(prefix)}
     index[key] = digest
     with contextlib.suppress(OSError):
         write_atomically(index_file, json.dumps(index, indent=1))
@@ -232,6 +256,17 @@ class Progress:
                     self._write(text, final=True)
 
     done = note  # a last line, as the embedding builds call it
+
+    def verify(self, digest: str, done: int, total: int) -> None:
+        """How far hashing ``digest``'s file is (``{"verify", "completed", "total"}`` as JSON)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._finish_line()
+            if self.json_lines:
+                self._json(verify=digest, completed=done, total=total)
+            else:
+                self._write(f"verifying {digest[:19]}…  {human_bytes(done)} of {human_bytes(total)}", final=True)
 
     def error(self, text: str) -> None:
         """Why the build stopped (JSON lines only: a terminal gets the CLI's own line)."""

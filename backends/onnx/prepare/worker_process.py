@@ -112,8 +112,14 @@ class _WorkerOutput:
         return self.stages
 
     def failure(self, code: int) -> str:
+        """The worker's own reason when it gave one; for a crash, a line saying so,
+        the crash's output going to stderr (a terminal, or a server's log) — not into
+        the reason, which a server sends to whoever asked for the build."""
         errors = [t for t in self.tail if t.startswith("error:")]
         if errors:
             return errors[-1][len("error: "):]
         last = "\n".join(t for t in self.tail if not t.startswith("@"))[-3000:]
-        return f"the build failed (exit status {code}):\n{last}"
+        print(f"the build's worker failed (exit status {code}); its last output:\n{last}", file=sys.stderr)
+        how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        return (f"the build's worker stopped with an internal error ({how}); its output is logged "
+                "(on the terminal, or in the server's log) — please report it with that output")
