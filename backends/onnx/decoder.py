@@ -240,7 +240,7 @@ def _weights_bytes(model_dir: Path, filename: str) -> int:
 
 # What self_check accepts as kernel rounding, in :func:`divergence` units (max |Δ| over
 # the logits' spread). bench/kernel_rounding.py (AVX2, SmolLM2-135M int4, 8 prompts of
-# 4-145 tokens, 152 comparisons): rounding — batched in 2, 4 or 8 rows vs alone, a
+# 4-145 tokens; 128 comparisons of rounding, 24 of wrong layouts): rounding — batched in 2, 4 or 8 rows vs alone, a
 # one-token pass vs a prompt chunk, 8 greedy steps on one-token KV vs prefilled — is
 # at most 0.027 (median 0.018); a wrong layout — another row's KV, the mask one too
 # long or too short — is 0.059-0.61, and at least 0.127 on self_check's short prompts
@@ -273,7 +273,7 @@ def measure(decoder: Decoder) -> CheckFigures:
     right ones, on two 5-token prompts and a 3-token one (ids spread over the
     vocabulary, past the special tokens). Short prompts: one position more or less
     moves the logits most there."""
-    vocab = max(decoder.vocab_size, 4096)
+    vocab = decoder.vocab_size or 4096  # a vocabulary the graph leaves unnamed: surely this many
     prompt, other, short = ((np.arange(n) * step + 300) % vocab for n, step in ((5, 997), (5, 613), (3, 331)))
     slab = decoder.new_slab(32)
     slab.ensure(4, 8)
