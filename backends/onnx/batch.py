@@ -10,9 +10,10 @@ whole prompt (smaller attention and logits buffers). Among waiting prompts the
 shortest goes first.
 
 A new prompt first takes the KV of the longest prefix it shares with a recent one
-(:mod:`backends.onnx.prefix_cache`), so only the rest is computed. For the answer to
-stay exactly what a cold start gives, every prompt position is computed by a pass of
-two tokens or more, as a cold prefill computes it: the reused prefix stops at least
+(:mod:`backends.onnx.prefix_cache`), so only the rest is computed. For its KV to
+stay bit for bit what a cold prefill gives (on every CPU; a batched decode is only
+within rounding, see :mod:`backends.onnx.decoder`), every prompt position is computed
+by a pass of two tokens or more, as a cold prefill computes it: the reused prefix stops at least
 two tokens before the end of the prompt, and no chunk leaves a single token behind.
 A reply's own tokens have KV from one-token passes, so the next turn of a chat, which
 sends them back, would compute them again. When a reply ends and nothing else is

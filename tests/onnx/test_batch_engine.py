@@ -1,5 +1,8 @@
-"""The batch engine on the real model: batched decode, prefix reuse and chunked prefill
-give exactly the answers of one request alone, cold, on the library's Generator."""
+"""The batch engine on the real model: prefix reuse and chunked prefill give exactly the
+answers of one request alone and cold; batched decode, and the library's Generator,
+give them token for token up to a near tie that kernel rounding may tip
+(tests/support/greedy.py: on AVX2 a batched row and the library's own session round
+otherwise than this engine's row alone)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from adapters.canonical import (
 )
 from backends.onnx import OnnxBackend
 from tests.onnx.conftest import MODEL_NAME, collect
+from tests.support.greedy import TIE_GAP, Step, agreed
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -76,32 +80,53 @@ class Answer(msgspec.Struct):
     reason: str
     completion_tokens: int
     logprobs: list[tuple[str, float]]
+    steps: list[Step]
+
+
+def with_ties(request: Any) -> Any:
+    """``request`` asking for each token's two best candidates, which tell a near tie
+    (a request that asked for more keeps its own)."""
+    return msgspec.structs.replace(request, logprobs=True, top_logprobs=max(2, request.top_logprobs))
 
 
 async def answer(backend: OnnxBackend, request: ChatRequest) -> Answer:
-    return answer_of(await collect(backend.chat(request)))
+    return answer_of(await collect(backend.chat(with_ties(request))))
 
 
 def answer_of(events: list[Any]) -> Answer:
     finish = events[-1]
     assert isinstance(finish, Finish), finish
     deltas = [e for e in events if isinstance(e, ContentDelta)]
-    logprobs = [(t.token, t.logprob) for e in deltas for t in (e.logprobs or [])]
+    tokens = [t for e in deltas for t in (e.logprobs or [])]
     return Answer(
         "".join(e.text for e in deltas),
         [(e.call.name, e.call.arguments) for e in events if isinstance(e, ToolCallDone)],
         finish.reason,
         finish.usage.completion_tokens,
-        logprobs,
+        [(t.token, t.logprob) for t in tokens],
+        [Step(t.token, tuple((c.token, c.logprob) for c in t.top_logprobs)) for t in tokens],
     )
 
 
-def same(a: Answer, b: Answer, *, count: bool = True) -> None:
-    assert (a.text, a.calls, a.reason) == (b.text, b.calls, b.reason)
+def same(got: Answer, expected: Answer, *, count: bool = True, rounded: bool = False, sampled: bool = False) -> None:
+    """``got`` is ``expected``. Both alone on this engine, with or without reused KV:
+    exactly (a prefill's KV is the same however it is chunked, on every CPU).
+    ``rounded`` (batched against alone, or against the library's own session): token for
+    token, or up to a near tie where it takes the second candidate (then the rest is
+    another text). ``sampled`` and ``rounded``: the first token comes from the request's
+    own prefill, so with the same seed it is the same; after it rounding can tip a draw
+    anywhere, so nothing more is compared."""
+    if sampled:
+        assert got.steps[0].token == expected.steps[0].token
+        return
+    if rounded and agreed(expected.steps, [s.token for s in got.steps]) < len(expected.steps):
+        return
+    assert (got.text, got.calls, got.reason) == (expected.text, expected.calls, expected.reason)
     if count:
-        assert a.completion_tokens == b.completion_tokens
-    assert [t for t, _ in a.logprobs] == [t for t, _ in b.logprobs]
-    assert all(abs(x - y) < 1e-3 for (_, x), (_, y) in zip(a.logprobs, b.logprobs, strict=True))
+        assert got.completion_tokens == expected.completion_tokens
+    assert [t for t, _ in got.logprobs] == [t for t, _ in expected.logprobs]
+    tolerance = TIE_GAP if rounded else 1e-3  # a logprob moves by at most twice the largest logit's change
+    assert all(abs(x - y) <= tolerance for (_, x), (_, y) in zip(got.logprobs, expected.logprobs, strict=True))
 
 
 REQUESTS = {
@@ -125,7 +150,7 @@ async def test_the_batch_engine_answers_as_the_library_generator(engines: dict[s
         got, expected = await answer(engines["batch"], request), await answer(engines["generator"], request)
         # Once a grammar is complete the library generates one more token (its end of
         # sequence) and counts it; the batch engine stops there.
-        same(got, expected, count=name not in ("schema", "tool"))
+        same(got, expected, count=name not in ("schema", "tool"), rounded=True)
     assert engines["batch"].slot.worker.ready.engine == "batch"  # type: ignore[union-attr]
     assert engines["generator"].slot.worker.ready.engine == "generator"  # type: ignore[union-attr]
 
@@ -135,7 +160,7 @@ async def test_concurrent_requests_answer_as_each_alone(engines: dict[str, OnnxB
     alone = {name: await answer(batch, request) for name, request in REQUESTS.items()}
     together = await asyncio.gather(*(answer(batch, request) for request in REQUESTS.values()))
     for name, got in zip(REQUESTS, together, strict=True):
-        same(got, alone[name])
+        same(got, alone[name], rounded=True, sampled=name == "seeded")
     assert alone["seeded"].text and alone["schema"].text.startswith("{")
 
 
@@ -177,7 +202,7 @@ async def test_a_long_prompt_is_prefilled_between_the_others_steps(engines: dict
 
     async def stream(i: int) -> Answer:
         events = []
-        async for event in batch.chat(streams[i]):
+        async for event in batch.chat(with_ties(streams[i])):
             if isinstance(event, ContentDelta):
                 arrivals[i].append(time.monotonic())
             events.append(event)
@@ -188,13 +213,13 @@ async def test_a_long_prompt_is_prefilled_between_the_others_steps(engines: dict
         await asyncio.sleep(0.01)
     sent = time.monotonic()
     long_events, first = [], None
-    async for event in batch.chat(long):
+    async for event in batch.chat(with_ties(long)):
         if isinstance(event, ContentDelta) and first is None:
             first = time.monotonic()
         long_events.append(event)
     got = [*(await asyncio.gather(*tasks)), answer_of(long_events)]
     for g, e in zip(got, expected, strict=True):
-        same(g, e)
+        same(g, e, rounded=True)
     assert first is not None
     during = [t for times in arrivals for t in times if sent < t < first]
     assert len(during) >= 4, "the other streams stopped while the long prompt was prefilled"
@@ -221,7 +246,8 @@ async def test_prompts_against_what_is_cached_answer_as_cold(engines: dict[str, 
     ]
     usage = []
     for prompt in prompts:
-        got, expected = await collect(batch.complete(raw(prompt))), await collect(cold.complete(raw(prompt)))
+        request = with_ties(raw(prompt))
+        got, expected = await collect(batch.complete(request)), await collect(cold.complete(request))
         same(answer_of(got), answer_of(expected))
         usage.append(got[-1].usage)  # type: ignore[union-attr]
     # All but the last two tokens (computed again, as a prefill computes them) came from
