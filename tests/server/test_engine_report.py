@@ -24,6 +24,8 @@ import msgspec
 import ollama
 import pytest
 
+from proxy.health_routes import READY_CACHE_SECONDS
+
 AUTO = "engine-auto"
 FORCED = "engine-forced"
 CONFIGURED = "engine: generator in the config"
@@ -103,9 +105,16 @@ def surfaces(served: Served, model: str) -> dict[str, Said]:
     """What /api/ps, /health/ready and /metrics say runs ``model``."""
     ps = next(m for m in httpx.get(served.url + "/api/ps").json()["models"] if m["name"] == model)
     details = ps["details"]
-    ready = httpx.get(served.url + "/health/ready").json()
-    detail = next(c["detail"] for c in ready["checks"] if c["name"] == f"model:{model}")
-    said = re.fullmatch(r"loaded; (batch|generator) engine(?:, because (.+))?", detail)
+    # /health/ready reuses its checks for READY_CACHE_SECONDS (3 s), so a load shows
+    # there at most that long after it happened
+    deadline = time.monotonic() + READY_CACHE_SECONDS + 2
+    while True:
+        ready = httpx.get(served.url + "/health/ready").json()
+        detail = next(c["detail"] for c in ready["checks"] if c["name"] == f"model:{model}")
+        said = re.fullmatch(r"loaded; (batch|generator) engine(?:, because (.+))?", detail)
+        if said or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert said, detail
     metrics = httpx.get(served.url + "/metrics").text
     series = re.findall(rf'^dragoman_model_engine{{engine="(\w+)",model="{model}",reason="(.*)"}} 1\.0$', metrics, re.M)
