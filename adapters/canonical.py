@@ -1,6 +1,6 @@
 """The dialect-neutral requests and the one stream of events every backend yields.
 
-Adapters translate OpenAI and Ollama wire shapes to and from these types; backends
+Adapters translate each dialect's wire shapes to and from these types; backends
 consume a :class:`ChatRequest` (a conversation) or a :class:`CompletionRequest` (a
 prompt to continue) and yield :data:`Event` values. A non-streaming reply
 is the aggregate of the same events (see :mod:`adapters.aggregate`), so there is one

@@ -141,7 +141,7 @@ def _split_validation_error(text: str) -> tuple[str, str]:
 def _explain(message: str) -> str:
     unknown = re.match(r"Object contains unknown field `(.+)`", message)
     if unknown:
-        return f"unknown key '{unknown.group(1)}' (check its spelling and the config reference in README.md)"
+        return f"unknown key '{unknown.group(1)}' (check its spelling and the config reference in docs/configuration.md)"
     # msgspec speaks JSON; config authors write YAML.
     return message.replace("`object`", "a mapping (key: value)").replace("`array`", "a list")
 

@@ -1,4 +1,4 @@
-"""The Litestar application: routes of both dialects, error rendering, lifespan."""
+"""The Litestar application: routes of the four dialects, error rendering, lifespan."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def _pull_for(models: ModelTable, name: str) -> Callable[[ProgressCallback], Awa
             # Not the config file's path: whoever asks need not learn the server's folders.
             raise NotServed(
                 f"pull model manifest: model '{name}' is not served here: dragoman serves the models its config "
-                "file names and downloads none; add an entry for it (see README 'Configuration reference') and "
+                "file names and downloads none; add an entry for it (see docs/configuration.md) and "
                 "restart, or pick one of GET /api/tags",
                 param="model",
                 code="model_not_found",

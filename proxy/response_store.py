@@ -12,8 +12,8 @@ the server has no keys), as OpenAI keeps a project's responses to that project: 
 key can neither read, chain from nor delete it, and is told only that it is not found.
 
 SQLite calls block, so they run on one thread of their own that owns the connection;
-the event loop only awaits them. One file per server: with several replicas, see the
-README ("Responses: stored state").
+the event loop only awaits them. One file per server: with several replicas, see
+docs/dialects.md ("Several replicas").
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def test_a_playground_message_streams_the_answer_in_both_dialects(watched: Watch
 
 
 def screenshot(page: Page, tmp_path: Path) -> None:
-    """Kept from every run; DRAGOMAN_UI_SCREENSHOT=docs/ui.png writes the README's."""
+    """Kept from every run; DRAGOMAN_UI_SCREENSHOT=docs/ui.png writes the one docs/operations.md shows."""
     target = os.environ.get("DRAGOMAN_UI_SCREENSHOT")
     page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
     if target:

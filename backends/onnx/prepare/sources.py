@@ -134,7 +134,7 @@ def inspect_gguf(path: Path) -> GgufFile:
     if arch not in GGUF_ARCHITECTURES:
         supported = ", ".join(sorted(GGUF_ARCHITECTURES))
         raise PrepareError(f"{path}: architecture '{arch}' is not supported from GGUF (supported: {supported}); "
-                           "a Hugging Face folder of the model may be (see README, 'Bring your own model')")  # fmt: skip
+                           "a Hugging Face folder of the model may be (see docs/models.md)")  # fmt: skip
     if arch == "gemma3" and header.get("gemma3.rope.scaling.factor") not in (None, 1.0):
         raise PrepareError(f"{path}: Gemma 3 with rope scaling (4B and larger) is not built correctly by "
                            "onnxruntime-genai 0.18's builder (it scales the local-attention layers too); "
