@@ -44,9 +44,13 @@ log = logging.getLogger("dragoman.onnx.worker")
 
 # A prompt chunk takes about this share of the time the round's decoding steps took
 # (so other streams' gaps grow by about half while a long prompt is evaluated), or
-# LONE_CHUNK_S when nothing else decodes.
+# LONE_CHUNK_S when nothing else decodes, and then never fewer than LONE_MIN_TOKENS: a
+# pass has a fixed cost the per-token estimate takes in, so a busy machine's estimate
+# split a lone 54-token prompt in two, and its first token came a pass later than the
+# library's own loop gives it (split 40 + 14 on a busy 2-core machine: +180 ms).
 PREFILL_SHARE = 0.5
 LONE_CHUNK_S = 0.25
+LONE_MIN_TOKENS = 256
 
 
 class Worker:
@@ -236,7 +240,8 @@ class Worker:
             # (Timed against what actually decoded: an empty round takes microseconds,
             # which made every lone prompt go one token a pass.)
             target = PREFILL_SHARE * decoding if stepping else LONE_CHUNK_S
-            self._prefill(waiting, max(1, int(target / self._seconds_per_prompt_token)))
+            tokens = int(target / self._seconds_per_prompt_token)
+            self._prefill(waiting, max(1, tokens) if stepping else max(LONE_MIN_TOKENS, tokens))
         return bool(stepping) or waiting is not None
 
     def _prefill(self, generation: Generation, tokens: int) -> None:
