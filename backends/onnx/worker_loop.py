@@ -83,6 +83,13 @@ class Worker:
     def send(self, report: Report) -> None:
         self.out.write(encode_frame(report))
 
+    def _started(self, started: Started) -> None:
+        """Sent at once, not with the round's other reports: the server turns it into
+        the reply's first event while the prompt is evaluated, instead of between the
+        prompt and the first token (3-4 ms of a busy machine's time to first token)."""
+        self.send(started)
+        self.out.flush()
+
     def run(self) -> None:
         trim = IdleTrim()
         while True:
@@ -148,7 +155,7 @@ class Worker:
             log.exception("request %s could not start", rid)
             self.send(Failed(rid, f"could not start: {type(exc).__name__}: {exc}"))
             return
-        self.send(Started(rid, prompt_tokens=n, max_length=budget))
+        self._started(Started(rid, prompt_tokens=n, max_length=budget))
         if start.max_new_tokens == 0:
             self._finish(generation, generation.done("length"))
             return
@@ -204,7 +211,7 @@ class Worker:
             log.exception("request %s could not start", start.request_id)
             self.send(Failed(start.request_id, f"could not start: {type(exc).__name__}: {exc}"))
             return
-        self.send(Started(start.request_id, prompt_tokens=len(prompt), max_length=budget))
+        self._started(Started(start.request_id, prompt_tokens=len(prompt), max_length=budget))
         if start.max_new_tokens == 0:
             self.send(sequence.done("length"))
             return

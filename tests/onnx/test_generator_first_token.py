@@ -105,3 +105,4 @@ def test_a_short_lone_prompt_is_one_pass_on_a_generator_its_size(running: Runnin
         assert tokens == 2 and done.prompt_tokens > 30
         assert running.passes == [done.prompt_tokens], running.passes
     assert running.capacities and all(c <= 2 * (done.prompt_tokens + 2) for c in running.capacities), running.capacities
+

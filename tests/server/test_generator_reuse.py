@@ -8,11 +8,14 @@ evicts the least recently used conversation."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.server.test_prefix_reuse import NOTES, leave
@@ -101,3 +104,21 @@ def test_the_entries_bound_evicts_the_least_recently_used_conversation(oa: Any) 
             ask(oa, model, conversation)
         _, _, cached = ask(oa, model, first)
         assert (cached > 100) is expected, (model, cached)
+
+
+def test_the_role_chunk_goes_out_while_the_prompt_is_evaluated(server: RunningServer) -> None:
+    """The worker's Started is sent as it is made: before, it went out with the first
+    token, after the prompt, and the server's work on it stood between the prompt and
+    the first token."""
+    body = {"model": "cold", "stream": True, "temperature": 0, "max_tokens": 2,
+            "messages": [{"role": "user", "content": f"{uuid.uuid4().hex} {NOTES[:1200]} Summarise."}]}  # fmt: skip
+    httpx.post(f"{server.url}/v1/chat/completions", json={**body, "stream": False, "max_tokens": 1}, timeout=120)  # loaded
+    body["messages"][0]["content"] = f"{uuid.uuid4().hex} {NOTES[:1200]} Summarise."
+    arrived: dict[str, float] = {}
+    sent = time.monotonic()
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: {") and (choices := json.loads(line[6:])["choices"]):
+                kind = "content" if choices[0]["delta"].get("content") else "role"
+                arrived.setdefault(kind, time.monotonic())
+    assert arrived["content"] - arrived["role"] > 0.5 * (arrived["content"] - sent), arrived
