@@ -203,12 +203,33 @@ class GeneratorCache:
         self.nbytes -= kept.nbytes
 
 
-def open_cache(model_dir: Path, max_bytes: int, max_entries: int, context: int | None) -> GeneratorCache:
+# What the library continues (rewind_to, then append_tokens): onnxruntime-genai 0.18 refuses
+# to append to a Generator that holds tokens on other devices (DirectML), and to rewind these
+# model types at all.
+CONTINUING_DEVICES = frozenset({"CPU", "CUDA"})
+UNREWINDABLE_TYPES = frozenset({"whisper", "phi3v", "decoder-pipeline", "lfm2"})
+
+
+def why_not_continued(model_dir: Path, device_type: str) -> str | None:
+    """Why the library cannot continue this model's Generators on ``device_type``; None when it can."""
+    if device_type.upper() not in CONTINUING_DEVICES:
+        return f"the library continues a Generator only on {' and '.join(sorted(CONTINUING_DEVICES))}, not {device_type}"
+    try:
+        kind = msgspec.json.decode((model_dir / "genai_config.json").read_bytes())["model"]["type"]
+    except (OSError, KeyError, TypeError, msgspec.DecodeError):
+        return "genai_config.json names no model type"
+    return f"the library cannot rewind a {kind} model" if kind in UNREWINDABLE_TYPES else None
+
+
+def open_cache(model_dir: Path, max_bytes: int, max_entries: int, context: int | None, device_type: str) -> GeneratorCache:
     """The Generator path's cache for the model in ``model_dir``, saying in the log when
     it is off or cannot keep a Generator of the whole context."""
     layout = read_kv_layout(model_dir)
-    cache = GeneratorCache(max_bytes, max_entries, layout)
-    if layout is None:
+    refusal = why_not_continued(model_dir, device_type)
+    cache = GeneratorCache(max_bytes, max_entries, layout if refusal is None else None)
+    if refusal is not None:
+        log.warning("prefix reuse is off for %s: %s", model_dir, refusal)
+    elif layout is None:
         log.warning("prefix reuse is off for %s: genai_config.json does not describe its KV cache", model_dir)
     elif not cache.enabled:
         log.info("prefix reuse is off for %s (prefix_cache_mib: 0)", model_dir)

@@ -66,7 +66,10 @@ def main(argv: list[str]) -> int:
         )  # fmt: skip
         kept = None
         if engine is None:
-            kept = open_cache(model_dir, config.prefix_cache_bytes, config.prefix_cache_entries, preparation.context_length)
+            kept = open_cache(
+                model_dir, config.prefix_cache_bytes, config.prefix_cache_entries, preparation.context_length,
+                str(model.device_type),
+            )  # fmt: skip
         worker = Worker(og, model, model_dir, out, commands, preparation, engine, kept)
     except Exception as exc:
         out.write(encode_frame(LoadFailed(f"{type(exc).__name__}: {exc}")))
