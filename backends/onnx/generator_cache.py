@@ -113,7 +113,6 @@ class GeneratorCache:
         self._keys = iter(range(1 << 62))
         self._itemsize: int | None = None  # of the KV, read from the first Generator kept
         self.nbytes = 0
-        self.reused_tokens = 0
 
     @property
     def enabled(self) -> bool:
@@ -185,10 +184,6 @@ class GeneratorCache:
     def full_context_bytes(self, context: int) -> int:
         """The KV of a Generator of the whole context (a request without a token limit)."""
         return self.new_bytes(context)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.nbytes = 0
 
     def _read_itemsize(self, generator: Any) -> int:
         assert self.layout is not None

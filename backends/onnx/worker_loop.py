@@ -169,7 +169,7 @@ class Worker:
             capacity = capacity_for(budget, prepared.context, self.window)
         else:
             capacity = max(budget, min(self.window, prepared.context))
-        kept, shared = cache.take(prompt, start.search, budget, capacity) if cache else (None, 0)
+        kept, shared = cache.take(prompt, start.search, budget, capacity) if cache is not None else (None, 0)
         if kept is not None:
             try:
                 kept.generator.rewind_to(shared)
@@ -179,13 +179,10 @@ class Worker:
                 kept, shared = None, 0
         if kept is None:
             generator = new_generator(self.og, self.model, start.search, capacity)
-        generation = Generation(
+        return Generation(
             generator, self._tokenizer_for(start), start, prompt, budget, self.eos_ids, self.token_bytes, capacity,
             prepared.guide, reused=shared,
         )  # fmt: skip
-        if cache is not None:
-            cache.reused_tokens += shared
-        return generation
 
     def _finish(self, generation: Generation, done: Done) -> None:
         """Report ``done`` and keep the generator for the next request."""
