@@ -12,7 +12,8 @@ Rows:
    time to the first content delta, ratio per round, medians;
 2. first token of a 54-token prompt (a different first line every time, so nothing is
    reused): dragoman (request sent → first content delta) and the raw loop (template +
-   tokenize → first token) alternating in pairs, median of the per-pair differences.
+   tokenize → first token) alternating in pairs, median of the per-pair differences;
+   ``--idle 1.5``: each after a pause (the worker hands its free heap back after 1 s idle).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ async def first_token(bench: speed.Bench, pairs: int) -> None:
                     {"role": "user", "content": PROMPT}]  # fmt: skip
         times = {}
         for variant in speed.rotated([DRAGOMAN, speed.RAW], k):
+            await asyncio.sleep(bench.args.idle)
             times[variant] = (await bench.generate(variant, numbered, 2, reuse=False)).ttft_ms
         ours.append(times[DRAGOMAN])
         raw.append(times[speed.RAW])
@@ -102,6 +104,7 @@ def main() -> int:
     parser.add_argument("--next-tokens", type=int, default=28)
     parser.add_argument("--raw-spinning", type=int, default=1, help="the raw loop's threads spin (as the library's default)")
     parser.add_argument("--only", nargs="*", default=["chat", "first"])
+    parser.add_argument("--idle", type=float, default=0.0, help="seconds idle before each first-token request")
     args = parser.parse_args()
     from backends.onnx.prepare import default_model_path
 
