@@ -30,29 +30,27 @@ class Generation(TokenOutput):
 
     def __init__(
         self,
-        og: Any,
-        model: Any,
+        generator: Any,
         tokenizer: Any,
         start: Start,
         prompt_ids: np.ndarray,
         max_length: int,
         eos_ids: frozenset[int],
         token_bytes: dict[int, bytes] | None,
+        capacity: int,
         guide: Guide | None = None,
-        capacity: int | None = None,
+        reused: int = 0,
     ) -> None:
+        """``generator``: new, or kept and rewound to the first ``reused`` prompt tokens;
+        ``capacity``: its max_length (``max_length`` is this request's)."""
         self.start = start
         self.prompt_ids = prompt_ids
         self.max_length = max_length
         self.eos_ids = eos_ids
         self.token_bytes = token_bytes
         self.tokenizer = tokenizer
-        params = og.GeneratorParams(model)
-        options = search_options(start.search)
-        # The KV cache may need to be longer than the request (a sliding-window layer
-        # refuses a cache shorter than its window); the request still ends at max_length.
-        params.set_search_options(max_length=max(capacity or 0, max_length), **options)
-        self.generator = og.Generator(model, params)
+        self.generator = generator
+        self.capacity = capacity
         self.guide = guide
         self.stream = tokenizer.create_stream()
         self.stops = StopMatcher(start.stop)
@@ -60,7 +58,8 @@ class Generation(TokenOutput):
         self.completion_tokens = 0
         self.prompt_eval_ns = 0
         self.eval_ns = 0
-        self.evaluated = 0  # prompt tokens appended so far
+        self.reused = reused  # prompt tokens whose KV the kept generator had
+        self.evaluated = reused  # prompt tokens appended so far
         self.consumed = 0  # tokens the consumer has taken (Credit)
 
     @property
@@ -107,6 +106,7 @@ class Generation(TokenOutput):
         return done_report(
             self.request_id, reason, self.stops, prompt_tokens=len(self.prompt_ids),
             completion_tokens=self.completion_tokens, prompt_eval_ns=self.prompt_eval_ns, eval_ns=self.eval_ns,
+            cached_tokens=self.reused,
         )  # fmt: skip
 
     def _prepare_logits(self) -> np.ndarray | None:
@@ -125,6 +125,16 @@ class Generation(TokenOutput):
             row, _ = self.processor.process(row, self.generator.get_sequence(0))
         self.generator.set_logits(np.ascontiguousarray(row, dtype=np.float32).reshape(np.shape(logits)))
         return row_logprobs
+
+
+def new_generator(og: Any, model: Any, search: Search, capacity: int) -> Any:
+    """A Generator of ``capacity`` positions sampling with ``search``. The KV cache may
+    need to be longer than the request (a sliding-window layer refuses a cache shorter
+    than its window; a kept Generator serves later, longer requests); the request still
+    ends at its own max_length."""
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=capacity, **search_options(search))
+    return og.Generator(model, params)
 
 
 def search_options(search: Search) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def load(config: WorkerConfig) -> Loaded:
             if config.engine == "batch":
                 raise
             reason = f"the batch engine refused the model: {exc}"
-            log.warning("%s runs on the library's Generator (no batching, no prefix reuse): %s", path, reason)
+            log.warning("%s runs on the library's Generator (no batching; prefix reuse only between requests with the same sampling options): %s", path, reason)
     model, provider = load_model(path, ["cpu"], **options)  # type: ignore[arg-type]
     return Loaded(model, None, provider, reason)
 

@@ -39,7 +39,7 @@ class WorkerConfig(msgspec.Struct, frozen=True):
     # How generations run: "batch" (the batch engine, CPU), "generator" (the library's
     # Generator, one per request), "auto" (batch where the model and provider allow).
     engine: Literal["auto", "batch", "generator"] = "auto"
-    prefix_cache_bytes: int = 256 * 1024 * 1024  # KV of recent prompts kept for reuse (batch engine)
+    prefix_cache_bytes: int = 256 * 1024 * 1024  # KV of recent prompts (batch engine) or Generators (generator_cache) kept for reuse
     prefix_cache_entries: int = 16
 
 

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from backends.onnx.generator_cache import open_cache
 from backends.onnx.loading import load, model_context_length
 from backends.onnx.preparation import Preparation
 from backends.onnx.protocol import LoadFailed, Ready, Shutdown, WorkerConfig, decode_command, encode_frame, read_frame
@@ -63,7 +64,13 @@ def main(argv: list[str]) -> int:
             model_dir, eos_ids, commands, context_length=model_context_length(model_dir),
             grammar_timeout=config.grammar_timeout, grammar_memory=config.grammar_memory,
         )  # fmt: skip
-        worker = Worker(og, model, model_dir, out, commands, preparation, engine)
+        kept = None
+        if engine is None:
+            kept = open_cache(
+                model_dir, config.prefix_cache_bytes, config.prefix_cache_entries, preparation.context_length,
+                str(model.device_type),
+            )  # fmt: skip
+        worker = Worker(og, model, model_dir, out, commands, preparation, engine, kept)
     except Exception as exc:
         out.write(encode_frame(LoadFailed(f"{type(exc).__name__}: {exc}")))
         out.flush()

@@ -3,7 +3,9 @@
 On CPU the batch engine (:mod:`backends.onnx.batch`) runs the rounds: one forward pass
 advances every generation, a long prompt is prefilled in chunks between them, and the
 KV of recent prompts is reused. Elsewhere (CUDA, DirectML, ``engine: generator``, or a
-model the engine cannot run) each request has a library Generator, as described here.
+model the engine cannot run) each request has a library Generator, as described here,
+kept when it ends for the next request that starts the same way
+(:mod:`backends.onnx.generator_cache`).
 
 The commands (from the reader thread of :mod:`backends.onnx.worker`) and the results of
 the preparation thread (:mod:`backends.onnx.preparation`: prompts tokenised, grammars
@@ -25,7 +27,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from backends.onnx.batch import BatchEngine
-from backends.onnx.generation import Generation
+from backends.onnx.generation import Generation, new_generator
+from backends.onnx.generator_cache import GeneratorCache, capacity_for
 from backends.onnx.heap import IdleTrim
 from backends.onnx.loading import sliding_window
 from backends.onnx.preparation import NotPrepared, Prepared, Preparation
@@ -41,17 +44,22 @@ log = logging.getLogger("dragoman.onnx.worker")
 
 # A prompt chunk takes about this share of the time the round's decoding steps took
 # (so other streams' gaps grow by about half while a long prompt is evaluated), or
-# LONE_CHUNK_S when nothing else decodes.
+# LONE_CHUNK_S when nothing else decodes, and then never fewer than LONE_MIN_TOKENS: a
+# pass has a fixed cost the per-token estimate takes in, so a busy machine's estimate
+# split a lone 54-token prompt in two, and its first token came a pass later than the
+# library's own loop gives it (split 40 + 14 on a busy 2-core machine: +180 ms).
 PREFILL_SHARE = 0.5
 LONE_CHUNK_S = 0.25
+LONE_MIN_TOKENS = 256
 
 
 class Worker:
-    """``model``: the library's model (Generator path), or None with ``engine``."""
+    """``model``: the library's model (Generator path), or None with ``engine``;
+    ``kept``: the Generators kept for reuse (Generator path)."""
 
     def __init__(
         self, og: Any, model: Any, model_dir: Path, out: BinaryIO, commands: queue.Queue[Any], preparation: Preparation,
-        engine: BatchEngine | None = None,
+        engine: BatchEngine | None = None, kept: GeneratorCache | None = None,
     ) -> None:  # fmt: skip
         self.og = og
         self.model = model
@@ -67,12 +75,20 @@ class Worker:
         self.eos_ids = frozenset(int(i) for i in self.tokenizer.eos_token_ids)
         self.token_bytes = load_token_bytes(model_dir)
         self.window = sliding_window(model_dir)
+        self.kept = kept if engine is None else None
         self.active: dict[int, Generation] = {}  # started: prefilling or decoding
         self.pending: set[int] = set()  # being prepared
         self._seconds_per_prompt_token = 0.002  # learnt from each chunk
 
     def send(self, report: Report) -> None:
         self.out.write(encode_frame(report))
+
+    def _started(self, started: Started) -> None:
+        """Sent at once, not with the round's other reports: the server turns it into
+        the reply's first event while the prompt is evaluated, instead of between the
+        prompt and the first token (3-4 ms of a busy machine's time to first token)."""
+        self.send(started)
+        self.out.flush()
 
     def run(self) -> None:
         trim = IdleTrim()
@@ -133,21 +149,49 @@ class Worker:
         if self.engine is not None:
             self._begin_batch(self.engine, prepared, budget)
             return
-        capacity = max(budget, min(self.window, prepared.context))
         try:
-            generation = Generation(
-                self.og, self.model, self._tokenizer_for(start), start, prepared.prompt_ids, budget, self.eos_ids,
-                self.token_bytes, prepared.guide, capacity,
-            )  # fmt: skip
+            generation = self._generation(prepared, budget)
         except Exception as exc:  # one bad request must not take the model down
             log.exception("request %s could not start", rid)
             self.send(Failed(rid, f"could not start: {type(exc).__name__}: {exc}"))
             return
-        self.send(Started(rid, prompt_tokens=n, max_length=budget))
+        self._started(Started(rid, prompt_tokens=n, max_length=budget))
         if start.max_new_tokens == 0:
-            self.send(generation.done("length"))
+            self._finish(generation, generation.done("length"))
             return
         self.active[rid] = generation
+
+    def _generation(self, prepared: Prepared, budget: int) -> Generation:
+        """A Generation on a kept Generator rewound to the prefix it shares, else a new one."""
+        start, prompt = prepared.start, prepared.prompt_ids
+        cache = self.kept if self.kept is not None and self.kept.enabled else None
+        if cache is not None:
+            capacity = capacity_for(budget, prepared.context, self.window)
+        else:
+            capacity = max(budget, min(self.window, prepared.context))
+        kept, shared = cache.take(prompt, start.search, budget, capacity) if cache is not None else (None, 0)
+        if kept is not None:
+            try:
+                kept.generator.rewind_to(shared)
+                generator, capacity = kept.generator, kept.capacity
+            except Exception:  # (a sliding window that has moved on cannot go back): start anew
+                log.exception("a kept generator could not be rewound to %d tokens", shared)
+                kept, shared = None, 0
+        if kept is None:
+            generator = new_generator(self.og, self.model, start.search, capacity)
+        return Generation(
+            generator, self._tokenizer_for(start), start, prompt, budget, self.eos_ids, self.token_bytes, capacity,
+            prepared.guide, reused=shared,
+        )  # fmt: skip
+
+    def _finish(self, generation: Generation, done: Done) -> None:
+        """Report ``done`` and keep the generator for the next request."""
+        self.active.pop(generation.request_id, None)
+        self.send(done)
+        if self.kept is not None:
+            self.out.flush()  # (the client has its answer before the generator is measured)
+            self.kept.keep(generation.generator, generation.prompt_ids[: generation.evaluated], generation.start.search,
+                           generation.capacity)  # fmt: skip
 
     def _begin_batch(self, engine: BatchEngine, prepared: Prepared, budget: int) -> None:
         start, prompt = prepared.start, prepared.prompt_ids
@@ -164,7 +208,7 @@ class Worker:
             log.exception("request %s could not start", start.request_id)
             self.send(Failed(start.request_id, f"could not start: {type(exc).__name__}: {exc}"))
             return
-        self.send(Started(start.request_id, prompt_tokens=len(prompt), max_length=budget))
+        self._started(Started(start.request_id, prompt_tokens=len(prompt), max_length=budget))
         if start.max_new_tokens == 0:
             self.send(sequence.done("length"))
             return
@@ -200,7 +244,8 @@ class Worker:
             # (Timed against what actually decoded: an empty round takes microseconds,
             # which made every lone prompt go one token a pass.)
             target = PREFILL_SHARE * decoding if stepping else LONE_CHUNK_S
-            self._prefill(waiting, max(1, int(target / self._seconds_per_prompt_token)))
+            tokens = int(target / self._seconds_per_prompt_token)
+            self._prefill(waiting, max(1, tokens) if stepping else max(LONE_MIN_TOKENS, tokens))
         return bool(stepping) or waiting is not None
 
     def _prefill(self, generation: Generation, tokens: int) -> None:
@@ -229,11 +274,14 @@ class Worker:
             return
         self.send(tokens)
         if done is not None:
-            self.active.pop(generation.request_id, None)
-            self.send(done)
+            self._finish(generation, done)
 
     def _cancel(self, request_id: int) -> None:
-        generation = self.active.pop(request_id, None) or (self.engine and self.engine.cancel(request_id))
+        generation = self.active.get(request_id)
+        if generation is not None:
+            self._finish(generation, generation.done("cancelled"))
+            return
+        generation = self.engine.cancel(request_id) if self.engine else None
         self.pending.discard(request_id)
         if generation:
             self.send(generation.done("cancelled"))

@@ -1,0 +1,108 @@
+"""What the Generator path does before a short prompt's first token: one pass over the
+whole prompt, as the library's own loop does, on a Generator no bigger than the
+request needs (rounded up to a power of two for the next turn), whatever the worker
+has learnt about its speed. The real worker loop on the real model (``engine:
+generator``), in this process; the Generator is the library's, its passes recorded."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.onnx import worker_loop
+from backends.onnx.loading import load
+from backends.onnx.protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
+from backends.text.segments import Segment
+
+
+class Recorded:
+    """The library's Generator, its appended chunks recorded."""
+
+    def __init__(self, generator: Any, passes: list[int]) -> None:
+        self._generator = generator
+        self._passes = passes
+
+    def append_tokens(self, tokens: Any) -> None:
+        self._passes.append(len(tokens))
+        self._generator.append_tokens(tokens)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._generator, name)
+
+
+class Running:
+    def __init__(self, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        import onnxruntime_genai as og
+
+        from backends.onnx.preparation import Preparation
+
+        self.passes: list[int] = []
+        self.capacities: list[int] = []
+        real = worker_loop.new_generator
+
+        def recorded(og: Any, model: Any, search: Any, capacity: int) -> Recorded:
+            self.capacities.append(capacity)
+            return Recorded(real(og, model, search, capacity), self.passes)
+
+        monkeypatch.setattr(worker_loop, "new_generator", recorded)
+        model, engine, _ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"], engine="generator"))
+        assert engine is None
+        read_fd, write_fd = os.pipe()
+        self.reports = os.fdopen(read_fd, "rb")
+        self.commands: queue.Queue[Any] = queue.Queue()
+        preparation = Preparation(
+            model_dir, sorted(og.Tokenizer(model).eos_token_ids), self.commands, context_length=2048,
+            grammar_timeout=5.0, grammar_memory=512 << 20,
+        )  # fmt: skip
+        self.out = os.fdopen(write_fd, "wb", buffering=1 << 16)
+        self.worker = worker_loop.Worker(og, model, model_dir, self.out, self.commands, preparation)
+        preparation.begin()
+        self.thread = threading.Thread(target=self.worker.run, daemon=True, name="worker")
+        self.thread.start()
+
+    def ask(self, request_id: int, text: str, new_tokens: int) -> tuple[int, Done]:
+        prompt = [Segment("<|im_start|>user\n", special=True), Segment(text, special=False),
+                  Segment("<|im_end|>\n<|im_start|>assistant\n", special=True)]  # fmt: skip
+        self.commands.put(Start(request_id=request_id, prompt=prompt, context_length=2048, max_new_tokens=new_tokens))
+        tokens = 0
+        while True:
+            body = read_frame(self.reports)
+            assert body is not None
+            report = decode_report(body)
+            tokens += isinstance(report, Tokens)
+            if isinstance(report, Done):
+                return tokens, report
+
+    def stop(self) -> None:
+        self.commands.put(Shutdown())
+        self.thread.join(10)
+        self.worker.preparation.close()
+        self.out.close()
+        self.reports.close()
+
+
+@pytest.fixture
+def running(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
+    worker = Running(model_dir, monkeypatch)
+    yield worker
+    worker.stop()
+
+
+def test_a_short_lone_prompt_is_one_pass_on_a_generator_its_size(running: Running) -> None:
+    text = "Write a short story about a robot who learns to paint, in three sentences, for a child of six."
+    for request_id in range(3):
+        # What a busy machine learns from passes with a fixed cost in them (a 54-token
+        # pass in a second): it split the prompt, and the first token came a pass later.
+        running.worker._seconds_per_prompt_token = 0.02
+        running.passes.clear()
+        tokens, done = running.ask(request_id, f"{request_id}. {text}", new_tokens=2)
+        assert tokens == 2 and done.prompt_tokens > 30
+        assert running.passes == [done.prompt_tokens], running.passes
+    assert running.capacities and all(c <= 2 * (done.prompt_tokens + 2) for c in running.capacities), running.capacities
+
