@@ -51,7 +51,7 @@ class Running:
             return Recorded(real(og, model, search, capacity), self.passes)
 
         monkeypatch.setattr(worker_loop, "new_generator", recorded)
-        model, engine, _ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"], engine="generator"))
+        model, engine, *_ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"], engine="generator"))
         assert engine is None
         read_fd, write_fd = os.pipe()
         self.reports = os.fdopen(read_fd, "rb")
