@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -20,8 +20,7 @@ import structlog
 from adapters.aggregate import ChatResult, ResultBuilder
 from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, Request, RoleStart, Secret, TextPart
 from adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
-from backends.base import Backend, check_capabilities
-from backends.upstream.backend import HttpUpstreamBackend
+from backends.base import Backend, Relay, TokenCounter, check_capabilities
 from config import ModelRoute
 from proxy.limits import check_grammars, check_request, check_request_shape, clamp_to_context
 from proxy.models import ModelTable
@@ -156,15 +155,14 @@ async def count_tokens(table: ModelTable, request: ChatRequest, record: RequestR
     """The prompt's length in the model's tokens, by the backend's own tokenizer (or its
     upstream's count); a backend that has none refuses with a 400."""
     route, backend, request = prepare(table, request, record)
-    counter = getattr(backend, "count_tokens", None)
-    if counter is None:
+    if not isinstance(backend, TokenCounter):
         name = route.config.name
         message = f"model '{request.model}' ({route.config.backend} backend, entry '{name}') cannot count tokens: it has no tokenizer here"
         raise UnsupportedFeature(message, param="model")
-    if isinstance(backend, HttpUpstreamBackend):  # the upstream counts: no work here
-        return await counter(request)
+    if isinstance(backend, Relay):  # the upstream counts: no work here
+        return await backend.count_tokens(request)
     async with table.counting.slot(request.model):
-        return await counter(request)
+        return await backend.count_tokens(request)
 
 
 async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:
@@ -247,9 +245,8 @@ async def _wait_disconnect(receive: Any) -> None:
 
 
 async def _close(events: AsyncIterator[Event]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
+    if isinstance(events, AsyncGenerator):
         try:
-            await aclose()
+            await events.aclose()
         except Exception as exc:  # closing is cleanup; report, do not mask the answer
             log.warning("closing backend stream failed", error=str(exc))

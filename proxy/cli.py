@@ -153,12 +153,13 @@ class GracefulServer(uvicorn.Server):
 def _preflight(config: Config) -> list[str]:
     """Problems backends can see before serving (a backend class may offer
     ``preflight(settings) -> str | None``)."""
+    from backends.base import Preflight
     from backends.registry import backend_class
 
     problems = []
     for route in config.models:
-        check = getattr(backend_class(route.config.backend), "preflight", None)
-        problem = check(route.settings) if check is not None else None
+        cls = backend_class(route.config.backend)
+        problem = cls.preflight(route.settings) if isinstance(cls, Preflight) else None
         if problem:
             problems.append(f"model '{route.config.name}': {problem}")
     return problems

@@ -48,12 +48,13 @@ ORPHAN_CHECK = 0.5  # seconds between a worker's checks that its supervisor stil
 def local_model_entries(config: Config) -> list[str]:
     """Entries whose backend holds models in the server's processes (unknown backends
     count as local: better one process too few than a model loaded N times)."""
+    from backends.base import loads_models
     from backends.registry import BackendUnavailable, backend_class
 
     names = []
     for route in config.models:
         try:
-            local = getattr(backend_class(route.config.backend), "loads_models", True)
+            local = loads_models(backend_class(route.config.backend))
         except (KeyError, BackendUnavailable):
             local = True
         if local:
