@@ -55,7 +55,7 @@ async def messages(
     models: NamedDependency[ModelTable],
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
-) -> Response[bytes]:
+) -> Response[bytes] | Stream:
     check_message_count(len(data.messages), models.limits)
     canonical = anthropic.to_canonical(data, await _fetched(models, data.model, data.messages))
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)

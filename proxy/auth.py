@@ -9,9 +9,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
-
-from litestar.types import Scope
 
 from adapters.errors import AuthenticationError
 from proxy.errors import error_body
@@ -26,7 +25,7 @@ def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
     return matched
 
 
-def bearer_token(scope: Scope) -> str | None:
+def bearer_token(scope: Mapping[str, Any]) -> str | None:
     for name, value in scope.get("headers", []):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -34,7 +33,7 @@ def bearer_token(scope: Scope) -> str | None:
     return None
 
 
-def api_key_header(scope: Scope) -> str | None:
+def api_key_header(scope: Mapping[str, Any]) -> str | None:
     """``x-api-key``, as Anthropic clients send the key."""
     for name, value in scope.get("headers", []):
         if name == b"x-api-key":
@@ -42,7 +41,7 @@ def api_key_header(scope: Scope) -> str | None:
     return None
 
 
-def key_owner(scope: Scope, keys_configured: bool) -> str:
+def key_owner(scope: Mapping[str, Any], keys_configured: bool) -> str:
     """Whose state a request may see (stored responses): a digest of the key the
     middleware let through, so the key itself is never written down; '' on a server
     without keys, where every client is the same one (as Ollama)."""
@@ -51,13 +50,13 @@ def key_owner(scope: Scope, keys_configured: bool) -> str:
     return hashlib.sha256((presented_key(scope) or "").encode()).hexdigest()
 
 
-def presented_key(scope: Scope) -> str | None:
+def presented_key(scope: Mapping[str, Any]) -> str | None:
     """The client's key, read one way on every route: ``Authorization: Bearer <key>``,
     else ``x-api-key: <key>`` (as Anthropic clients and llama-server's send it)."""
     return bearer_token(scope) or api_key_header(scope)
 
 
-def client_authorization(scope: Scope) -> str | None:
+def client_authorization(scope: Mapping[str, Any]) -> str | None:
     """The client's credentials as an ``Authorization`` value, for upstreams configured
     to forward them (``forward_auth``): its own ``Authorization`` header as sent, else
     its ``x-api-key`` as a bearer key."""

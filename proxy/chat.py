@@ -22,7 +22,7 @@ from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, 
 from adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
 from backends.base import Backend, Relay, TokenCounter, check_capabilities
 from config import ModelRoute
-from proxy.limits import check_grammars, check_request, check_request_shape, clamp_to_context
+from proxy.limits import R, check_grammars, check_request, check_request_shape, clamp_to_context
 from proxy.models import ModelTable
 from proxy.record import RequestRecord
 
@@ -88,7 +88,7 @@ class Chat:
             self._release()
 
 
-def with_default_system(request: Request, system: str | None) -> Request:
+def with_default_system(request: R, system: str | None) -> R:
     """The entry's system prompt, as Ollama applies its SYSTEM: a chat whose first
     message is not a system message gets it first; a templated completion without its
     own ``system`` gets it as that (raw and fill-in-the-middle prompts never)."""
@@ -103,7 +103,7 @@ def with_default_system(request: Request, system: str | None) -> Request:
     return request
 
 
-def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple[ModelRoute, Backend, Request]:
+def prepare(table: ModelTable, request: R, record: RequestRecord) -> tuple[ModelRoute, Backend, R]:
     route, backend = table.lookup(request.model)
     record.model = request.model
     record.entry = route.config.name
@@ -119,7 +119,7 @@ def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple
 
 
 async def start_chat(
-    table: ModelTable, request: Request, record: RequestRecord, *, authorization: str | None = None
+    table: ModelTable, request: R, record: RequestRecord, *, authorization: str | None = None
 ) -> Chat:
     table.lifetime.check_accepting()
     route, backend, request = prepare(table, request, record)

@@ -44,7 +44,7 @@ async def generate_route(
     models: NamedDependency[ModelTable],
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
-) -> Response[bytes]:
+) -> Response[bytes] | Stream:
     if not data.prompt:
         return await load_or_unload(models, data.model, keep_alive_seconds(data.keep_alive), generate.render_load_response)
     started = await start_chat(models, generate.to_canonical(data), record, authorization=credential.authorization)
@@ -70,7 +70,7 @@ async def completions_route(
     models: NamedDependency[ModelTable],
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
-) -> Response[bytes]:
+) -> Response[bytes] | Stream:
     prompts = completions.to_canonical(data)
     check_prompts(len(prompts), models.limits)
     authorization = credential.authorization

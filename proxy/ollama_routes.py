@@ -95,7 +95,7 @@ async def chat(
     models: NamedDependency[ModelTable],
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
-) -> Response[bytes]:
+) -> Response[bytes] | Stream:
     check_message_count(len(data.messages or ()), models.limits)
     canonical = ollama.to_canonical(data)
     if not canonical.messages:
@@ -152,7 +152,7 @@ def show_parameters(context_length: int | None, defaults: SamplingOptions, end_t
     prompts by it), one ``stop "…"`` line per stop string (the entry's, else the model's
     end tokens, as a Modelfile's own stops replace the ones it inherits), then the other
     defaults; keys padded to 30, values as Go's ``%#v`` (strings quoted)."""
-    lines = [] if context_length is None else [("num_ctx", context_length)]
+    lines: list[tuple[str, object]] = [] if context_length is None else [("num_ctx", context_length)]
     lines += [("stop", stop) for stop in defaults.stop or end_tokens]
     lines += [(k, v) for k, v in msgspec.to_builtins(defaults).items() if k not in ("stop", "num_ctx" if lines else "")]
     return "\n".join(f"{key:<30} {_go_value(value)}" for key, value in lines)

@@ -50,7 +50,7 @@ async def chat_completions(
     models: NamedDependency[ModelTable],
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
-) -> Response[bytes]:
+) -> Response[bytes] | Stream:
     check_message_count(len(data.messages), models.limits)
     fetch = models.config.server.image_fetch
     if fetch.enabled and (urls := remote_image_urls(data)):

@@ -67,7 +67,7 @@ async def create_response(
     response_store: NamedDependency[ResponseStore],
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
-) -> Response[bytes]:
+) -> Response[bytes] | Stream:
     owner = _owner(request, models)
     history = await _history(response_store, data.previous_response_id, owner)
     if skipped := responses.builtin_tools(data):

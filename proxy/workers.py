@@ -26,6 +26,7 @@ Counters (``/metrics``) are per process too: a scrape sees the worker that answe
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
 import signal
@@ -212,7 +213,7 @@ def _worker_main(sock: socket.socket, config_path: str | None, index: int, super
     server = GracefulServer(
         uvicorn.Config(
             app, log_config=None, access_log=False,
-            timeout_graceful_shutdown=config.server.shutdown_grace + 5,
+            timeout_graceful_shutdown=math.ceil(config.server.shutdown_grace + 5),
         ),  # fmt: skip
         signals=(signal.SIGTERM,),
     )

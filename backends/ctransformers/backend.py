@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, ClassVar
 
 import msgspec
@@ -212,7 +212,7 @@ class CTransformersBackend:
 
     async def _generate(
         self, request: Request, prompt: Callable[[ModelFile], tuple[list[Segment], tuple[str, ...]]]
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         began = time.perf_counter_ns()
         plan = plan_sampling(request.options)
         load_ns = await self._ensure_loaded()
