@@ -96,7 +96,7 @@ class CTransformersBackend:
             quantization_level=file.quantization,
             size=file.size,
             context_length=self._context_length or self._wanted_context(file) or None,
-            template=file.chat_template if self._uses_own_template(file) else self._preset(file),
+            template=(file.chat_template or "") if self._uses_own_template(file) else self._preset(file),
             parameter_count=file.parameters or None,
             embedding_length=file.embedding_length,
             insert_template=fim.go_template() if (fim := find_fim(file.special_tokens)) else "",
