@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 import structlog
+from litestar.types import Receive
 
 from adapters.aggregate import ChatResult, ResultBuilder
 from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, Request, RoleStart, Secret, TextPart
@@ -197,7 +198,7 @@ async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecor
         yield tail
 
 
-async def collect(chat: Chat, record: RequestRecord, receive: Any) -> ChatResult:
+async def collect(chat: Chat, record: RequestRecord, receive: Receive) -> ChatResult:
     """The whole reply, stopping the backend if the client disconnects meanwhile."""
 
     async def fold() -> ChatResult:
@@ -237,7 +238,7 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return min(a, b)
 
 
-async def _wait_disconnect(receive: Any) -> None:
+async def _wait_disconnect(receive: Receive) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, get
 from litestar.di import NamedDependency
+from litestar.handlers import HTTPRouteHandler
 from litestar.types import Scope
 
 from backends.base import Backend, ReadinessProbe
@@ -115,7 +116,7 @@ async def _check(name: str, backend: Backend) -> Check:
     return Check(name=f"model:{name}", ok=ok, detail=detail)
 
 
-def metrics_route(metrics: Metrics) -> Any:
+def metrics_route(metrics: Metrics) -> HTTPRouteHandler:
     @get("/metrics", summary="Prometheus metrics", tags=["Health"], include_in_schema=False)
     async def scrape() -> Response[bytes]:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
