@@ -2,7 +2,9 @@
 
 One backend instance serves one model entry of the config (which may be a glob that
 matches many names). Backends own their I/O and their models' lifetimes; the proxy
-only calls :meth:`Backend.chat` and reads the rest for discovery endpoints.
+only calls :meth:`Backend.chat` and reads the rest for discovery endpoints. What a
+backend may offer beyond :class:`Backend` is a runtime-checkable Protocol here, asked
+with ``isinstance``: the proxy never probes attributes nor names a concrete backend.
 """
 
 from __future__ import annotations
