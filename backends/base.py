@@ -2,19 +2,25 @@
 
 One backend instance serves one model entry of the config (which may be a glob that
 matches many names). Backends own their I/O and their models' lifetimes; the proxy
-only calls :meth:`Backend.chat` and reads the rest for discovery endpoints.
+only calls :meth:`Backend.chat` and reads the rest for discovery endpoints. What a
+backend may offer beyond :class:`Backend` is a runtime-checkable Protocol here, asked
+with ``isinstance``: the proxy never probes attributes nor names a concrete backend.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import msgspec
 
 from adapters.canonical import ChatRequest, CompletionRequest, EmbedRequest, EmbedResult, Event, Request
 from adapters.errors import UnsupportedFeature
+from backends.admission import Admission
+
+if TYPE_CHECKING:
+    from config import ModelRoute
 
 
 class Capabilities(msgspec.Struct, frozen=True):
@@ -122,11 +128,78 @@ class Embedder(Protocol):
         ...
 
 
-# Optional, looked up with getattr by the proxy (a backend without it refuses the feature):
-#   async def count_tokens(self, request: ChatRequest) -> int
-#       the prompt's length in the model's own tokens (Anthropic's count_tokens);
-#   async def ready(self) -> tuple[bool, str]          for /health/ready;
-#   def endpoint_health(self) -> dict[str, bool]       for /metrics.
+# Optional capabilities: a backend offers one by having its method (or attribute); the
+# proxy asks with ``isinstance(backend, Protocol)``, and a backend without it refuses the
+# feature (count_tokens) or is taken to be fine without it (ready, the gauges).
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Anthropic's count_tokens: the prompt's length in the model's own tokens."""
+
+    async def count_tokens(self, request: ChatRequest) -> int: ...
+
+
+@runtime_checkable
+class ReadinessProbe(Protocol):
+    """For /health/ready: ``(ok, detail)``; a backend without one is ready."""
+
+    async def ready(self) -> tuple[bool, str]: ...
+
+
+@runtime_checkable
+class Relay(Protocol):
+    """A backend whose models run on upstream servers: nothing loads in this process (so
+    any number of server workers), its work is bounded by its connections (the proxy
+    gates and counts nothing of its own for it), and /metrics shows each endpoint's
+    health."""
+
+    def endpoint_health(self) -> dict[str, bool]: ...
+
+
+@runtime_checkable
+class Queued(Protocol):
+    """A backend that keeps its own admission queue: /metrics shows its queue depth and
+    running requests when the proxy has no gate of its own for the entry."""
+
+    @property
+    def admission(self) -> Admission: ...
+
+
+@runtime_checkable
+class EmbeddingLength(Protocol):
+    """The model's hidden size as it stands on disk now, for /api/show (None: unknown)."""
+
+    def embedding_length(self) -> int | None: ...
+
+
+# What a backend *class* may offer (the registry hands out classes).
+
+
+@runtime_checkable
+class Preflight(Protocol):
+    """Problems a backend can see before the server starts (None: none)."""
+
+    def preflight(self, settings: Any) -> str | None: ...
+
+
+@runtime_checkable
+class RouteFactory(Protocol):
+    """A class that chooses the backend for an entry (onnx: ``task: embed`` entries get
+    the embedding backend); a class without it is constructed with the route."""
+
+    def for_route(self, route: ModelRoute) -> Backend: ...
+
+
+def build_backend(cls: Any, route: ModelRoute) -> Backend:
+    """The backend instance for ``route`` from its registered class."""
+    backend: Backend = cls.for_route(route) if isinstance(cls, RouteFactory) else cls(route)
+    return backend
+
+
+def loads_models(cls: type) -> bool:
+    """Whether a backend class holds models in the server's processes."""
+    return not issubclass(cls, Relay)
 
 
 def check_capabilities(request: Request, caps: Capabilities, model: str) -> None:

@@ -190,7 +190,7 @@ class _Locator:
 
     def line_of(self, path: str) -> int | None:
         node: yaml.Node | None = self.root
-        line = self.root.start_mark.line + 1
+        line: int = self.root.start_mark.line + 1
         for step in re.findall(r"[^.\[\]]+|\[\d+\]", path):
             if node is None:
                 break

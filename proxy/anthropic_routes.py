@@ -20,13 +20,13 @@ from litestar.response import Stream
 from adapters import anthropic
 from adapters.anthropic import wire
 from adapters.errors import ModelNotFound
-from proxy.auth import client_authorization
 from proxy.chat import collect, count_tokens, encode_stream, start_chat
 from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.limits import check_message_count, page_limit
 from proxy.models import ModelTable
 from proxy.openapi_responses import ANTHROPIC_COUNT, ANTHROPIC_MESSAGES
-from proxy.record import SCOPE_KEY
+from proxy.context import ClientCredential
+from proxy.record import RequestRecord
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 20
@@ -50,12 +50,15 @@ async def _fetched(models: ModelTable, model: str, messages: list[wire.MessagePa
     responses=ANTHROPIC_MESSAGES,
 )
 async def messages(
-    request: Request[Any, Any, Any], data: JSONBody[wire.MessagesRequest], models: NamedDependency[ModelTable]
-) -> Response[bytes]:
-    record = request.scope[SCOPE_KEY]
+    request: Request[Any, Any, Any],
+    data: JSONBody[wire.MessagesRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
+) -> Response[bytes] | Stream:
     check_message_count(len(data.messages), models.limits)
     canonical = anthropic.to_canonical(data, await _fetched(models, data.model, data.messages))
-    chat = await start_chat(models, canonical, record, authorization=client_authorization(request))
+    chat = await start_chat(models, canonical, record, authorization=credential.authorization)
     if data.stream:
         encoder = anthropic.StreamEncoder(data.model)
         return Stream(encode_stream(chat, encoder, record), media_type=encoder.media_type)
@@ -72,9 +75,8 @@ async def messages(
     responses=ANTHROPIC_COUNT,
 )
 async def messages_count_tokens(
-    request: Request[Any, Any, Any], data: JSONBody[wire.CountTokensRequest], models: NamedDependency[ModelTable]
+    data: JSONBody[wire.CountTokensRequest], models: NamedDependency[ModelTable], record: NamedDependency[RequestRecord]
 ) -> wire.TokenCount:
-    record = request.scope[SCOPE_KEY]
     check_message_count(len(data.messages), models.limits)
     canonical = anthropic.count_request(data, await _fetched(models, data.model, data.messages))
     return wire.TokenCount(input_tokens=await count_tokens(models, canonical, record))

@@ -14,6 +14,7 @@ from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 from config import Config
 from proxy.embedding_routes import embedding_router
 from proxy.anthropic_routes import anthropic_router
+from proxy.context import REQUEST_DEPENDENCIES
 from proxy.errors import EXCEPTION_HANDLERS
 from proxy.auth import auth_middleware_factory
 from proxy.completion_routes import completion_router
@@ -81,6 +82,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         dependencies={
             "models": Provide(provide_models, sync_to_thread=False),
             "response_store": Provide(provide_store, sync_to_thread=False),
+            **REQUEST_DEPENDENCIES,
         },
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from adapters.errors import AuthenticationError
@@ -24,7 +25,7 @@ def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
     return matched
 
 
-def bearer_token(scope: dict[str, Any]) -> str | None:
+def bearer_token(scope: Mapping[str, Any]) -> str | None:
     for name, value in scope.get("headers", []):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -32,7 +33,7 @@ def bearer_token(scope: dict[str, Any]) -> str | None:
     return None
 
 
-def api_key_header(scope: dict[str, Any]) -> str | None:
+def api_key_header(scope: Mapping[str, Any]) -> str | None:
     """``x-api-key``, as Anthropic clients send the key."""
     for name, value in scope.get("headers", []):
         if name == b"x-api-key":
@@ -40,25 +41,30 @@ def api_key_header(scope: dict[str, Any]) -> str | None:
     return None
 
 
-def key_owner(scope: dict[str, Any], keys_configured: bool) -> str:
+def key_owner(scope: Mapping[str, Any], keys_configured: bool) -> str:
     """Whose state a request may see (stored responses): a digest of the key the
     middleware let through, so the key itself is never written down; '' on a server
     without keys, where every client is the same one (as Ollama)."""
     if not keys_configured:
         return ""
-    token = bearer_token(scope)
-    if token is None and scope_dialect(scope) == "anthropic":
-        token = api_key_header(scope)
-    return hashlib.sha256((token or "").encode()).hexdigest()
+    return hashlib.sha256((presented_key(scope) or "").encode()).hexdigest()
 
 
-def client_authorization(request: Any) -> str | None:
+def presented_key(scope: Mapping[str, Any]) -> str | None:
+    """The client's key, read one way on every route: ``Authorization: Bearer <key>``,
+    else ``x-api-key: <key>`` (as Anthropic clients and llama-server's send it)."""
+    return bearer_token(scope) or api_key_header(scope)
+
+
+def client_authorization(scope: Mapping[str, Any]) -> str | None:
     """The client's credentials as an ``Authorization`` value, for upstreams configured
-    to forward them; Anthropic clients send the key as ``x-api-key``."""
-    authorization = request.headers.get("authorization")
-    if authorization is None and (key := request.headers.get("x-api-key")):
-        return f"Bearer {key}"
-    return authorization
+    to forward them (``forward_auth``): its own ``Authorization`` header as sent, else
+    its ``x-api-key`` as a bearer key."""
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            return value.decode("latin-1")
+    key = api_key_header(scope)
+    return f"Bearer {key}" if key else None
 
 
 def auth_middleware_factory(api_keys: list[str], open_paths: list[str]) -> Any:
@@ -73,13 +79,11 @@ def auth_middleware_factory(api_keys: list[str], open_paths: list[str]) -> Any:
                 await app(scope, receive, send)
                 return
             dialect = scope_dialect(scope)
-            token = bearer_token(scope)
-            if token is None and dialect == "anthropic":
-                token = api_key_header(scope)
+            token = presented_key(scope)
             if token is not None and key_matches(token, keys):
                 await app(scope, receive, send)
                 return
-            how = "'x-api-key: <key>' or 'Authorization: Bearer <key>'" if dialect == "anthropic" else "'Authorization: Bearer <key>'"
+            how = "'x-api-key: <key>' or 'Authorization: Bearer <key>'" if dialect == "anthropic" else "'Authorization: Bearer <key>' or 'x-api-key: <key>'"
             reason = f"missing API key: send {how}" if token is None else "invalid API key"
             err = AuthenticationError(reason, code="invalid_api_key")
             body = error_body(dialect, err)

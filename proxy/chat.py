@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Protocol
 
 import msgspec
 import structlog
+from litestar.types import Receive
 
 from adapters.aggregate import ChatResult, ResultBuilder
 from adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, Request, RoleStart, Secret, TextPart
 from adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
-from backends.base import Backend, check_capabilities
-from backends.upstream.backend import HttpUpstreamBackend
+from backends.base import Backend, Relay, TokenCounter, check_capabilities
 from config import ModelRoute
-from proxy.limits import check_grammars, check_request, check_request_shape, clamp_to_context
+from proxy.limits import R, check_grammars, check_request, check_request_shape, clamp_to_context
 from proxy.models import ModelTable
 from proxy.record import RequestRecord
 
@@ -89,7 +89,7 @@ class Chat:
             self._release()
 
 
-def with_default_system(request: Request, system: str | None) -> Request:
+def with_default_system(request: R, system: str | None) -> R:
     """The entry's system prompt, as Ollama applies its SYSTEM: a chat whose first
     message is not a system message gets it first; a templated completion without its
     own ``system`` gets it as that (raw and fill-in-the-middle prompts never)."""
@@ -104,7 +104,7 @@ def with_default_system(request: Request, system: str | None) -> Request:
     return request
 
 
-def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple[ModelRoute, Backend, Request]:
+def prepare(table: ModelTable, request: R, record: RequestRecord) -> tuple[ModelRoute, Backend, R]:
     route, backend = table.lookup(request.model)
     record.model = request.model
     record.entry = route.config.name
@@ -120,7 +120,7 @@ def prepare(table: ModelTable, request: Request, record: RequestRecord) -> tuple
 
 
 async def start_chat(
-    table: ModelTable, request: Request, record: RequestRecord, *, authorization: str | None = None
+    table: ModelTable, request: R, record: RequestRecord, *, authorization: str | None = None
 ) -> Chat:
     table.lifetime.check_accepting()
     route, backend, request = prepare(table, request, record)
@@ -156,15 +156,14 @@ async def count_tokens(table: ModelTable, request: ChatRequest, record: RequestR
     """The prompt's length in the model's tokens, by the backend's own tokenizer (or its
     upstream's count); a backend that has none refuses with a 400."""
     route, backend, request = prepare(table, request, record)
-    counter = getattr(backend, "count_tokens", None)
-    if counter is None:
+    if not isinstance(backend, TokenCounter):
         name = route.config.name
         message = f"model '{request.model}' ({route.config.backend} backend, entry '{name}') cannot count tokens: it has no tokenizer here"
         raise UnsupportedFeature(message, param="model")
-    if isinstance(backend, HttpUpstreamBackend):  # the upstream counts: no work here
-        return await counter(request)
+    if isinstance(backend, Relay):  # the upstream counts: no work here
+        return await backend.count_tokens(request)
     async with table.counting.slot(request.model):
-        return await counter(request)
+        return await backend.count_tokens(request)
 
 
 async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:
@@ -199,7 +198,7 @@ async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecor
         yield tail
 
 
-async def collect(chat: Chat, record: RequestRecord, receive: Any) -> ChatResult:
+async def collect(chat: Chat, record: RequestRecord, receive: Receive) -> ChatResult:
     """The whole reply, stopping the backend if the client disconnects meanwhile."""
 
     async def fold() -> ChatResult:
@@ -239,7 +238,7 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return min(a, b)
 
 
-async def _wait_disconnect(receive: Any) -> None:
+async def _wait_disconnect(receive: Receive) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -247,9 +246,8 @@ async def _wait_disconnect(receive: Any) -> None:
 
 
 async def _close(events: AsyncIterator[Event]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
+    if isinstance(events, AsyncGenerator):
         try:
-            await aclose()
+            await events.aclose()
         except Exception as exc:  # closing is cleanup; report, do not mask the answer
             log.warning("closing backend stream failed", error=str(exc))

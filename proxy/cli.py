@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import signal
 import sys
 import threading
@@ -114,7 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
         uvicorn.Config(
             app, host=host, port=port, log_config=None, access_log=False,
             # uvicorn's own cut-off comes after ours, which ends streams with an error event
-            timeout_graceful_shutdown=config.server.shutdown_grace + 5,
+            timeout_graceful_shutdown=math.ceil(config.server.shutdown_grace + 5),
         )
     )
     server.run(sockets=sockets or None)
@@ -130,7 +131,10 @@ class GracefulServer(uvicorn.Server):
         self.signals = signals
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        table = getattr(self.config.app.state, "models", None)
+        from litestar import Litestar
+
+        app = self.config.app
+        table = app.state.get("models") if isinstance(app, Litestar) else None
         if table is not None:
             table.lifetime.begin_shutdown()
         super().handle_exit(sig, frame)
@@ -153,12 +157,13 @@ class GracefulServer(uvicorn.Server):
 def _preflight(config: Config) -> list[str]:
     """Problems backends can see before serving (a backend class may offer
     ``preflight(settings) -> str | None``)."""
+    from backends.base import Preflight
     from backends.registry import backend_class
 
-    problems = []
+    problems: list[str] = []
     for route in config.models:
-        check = getattr(backend_class(route.config.backend), "preflight", None)
-        problem = check(route.settings) if check is not None else None
+        cls = backend_class(route.config.backend)
+        problem = cls.preflight(route.settings) if isinstance(cls, Preflight) else None
         if problem:
             problems.append(f"model '{route.config.name}': {problem}")
     return problems

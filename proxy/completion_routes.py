@@ -25,7 +25,8 @@ from proxy.limits import check_prompts
 from proxy.models import ModelTable
 from proxy.ollama_routes import load_or_unload
 from proxy.openapi_responses import OLLAMA_GENERATE, OPENAI_COMPLETION
-from proxy.record import SCOPE_KEY, RequestRecord
+from proxy.context import ClientCredential
+from proxy.record import RequestRecord
 
 
 @post(
@@ -38,12 +39,15 @@ from proxy.record import SCOPE_KEY, RequestRecord
     responses=OLLAMA_GENERATE,
 )
 async def generate_route(
-    request: Request[Any, Any, Any], data: JSONBody[wire.GenerateRequest], models: NamedDependency[ModelTable]
-) -> Response[bytes]:
-    record = request.scope[SCOPE_KEY]
+    request: Request[Any, Any, Any],
+    data: JSONBody[wire.GenerateRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
+) -> Response[bytes] | Stream:
     if not data.prompt:
         return await load_or_unload(models, data.model, keep_alive_seconds(data.keep_alive), generate.render_load_response)
-    started = await start_chat(models, generate.to_canonical(data), record, authorization=request.headers.get("authorization"))
+    started = await start_chat(models, generate.to_canonical(data), record, authorization=credential.authorization)
     if data.stream:
         encoder = generate.GenerateEncoder(data.model)
         return Stream(encode_stream(started, encoder, record), media_type=encoder.media_type)
@@ -61,12 +65,15 @@ async def generate_route(
     responses=OPENAI_COMPLETION,
 )
 async def completions_route(
-    request: Request[Any, Any, Any], data: JSONBody[completion_wire.CompletionRequest], models: NamedDependency[ModelTable]
-) -> Response[bytes]:
-    record = request.scope[SCOPE_KEY]
+    request: Request[Any, Any, Any],
+    data: JSONBody[completion_wire.CompletionRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
+) -> Response[bytes] | Stream:
     prompts = completions.to_canonical(data)
     check_prompts(len(prompts), models.limits)
-    authorization = request.headers.get("authorization")
+    authorization = credential.authorization
     echoes = [p.prompt if data.echo else "" for p in prompts]
     if data.stream:
         include_usage = bool(data.stream_options and data.stream_options.include_usage)

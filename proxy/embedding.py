@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import msgspec
+from litestar.types import Receive
 import numpy as np
 
 from adapters.canonical import EmbedRequest, EmbedResult, Secret, Timings, Usage
@@ -72,7 +73,7 @@ def prepare(table: ModelTable, request: EmbedRequest, record: RequestRecord) -> 
 
 
 async def embed(
-    table: ModelTable, request: EmbedRequest, record: RequestRecord, receive: Any, *, authorization: str | None = None
+    table: ModelTable, request: EmbedRequest, record: RequestRecord, receive: Receive, *, authorization: str | None = None
 ) -> EmbedResult:
     """The shaped vectors for ``request``; an empty input list loads the model (Ollama's
     contract) and answers no vectors."""
@@ -108,7 +109,7 @@ def _deadline_left(table: ModelTable) -> float | None:
 
 
 async def _until_done(
-    work: Any, receive: Any, timeout: float | None, grace: float | None, model: str
+    work: Any, receive: Receive, timeout: float | None, grace: float | None, model: str
 ) -> EmbedResult:
     """Run the backend's embedding, stopping it when the client leaves or the request
     timeout (or the shutdown grace period) passes."""
@@ -129,7 +130,7 @@ async def _until_done(
     raise BackendTimeout(f"model '{model}': request timed out")
 
 
-async def _wait_disconnect(receive: Any) -> None:
+async def _wait_disconnect(receive: Receive) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -18,7 +18,8 @@ from adapters.openai.wire import OpenAIErrorResponse
 from proxy.embedding import embed
 from proxy.models import ModelTable
 from proxy.openapi_responses import _ERROR_STATUSES, _errors
-from proxy.record import SCOPE_KEY
+from proxy.context import ClientCredential
+from proxy.record import RequestRecord
 
 _STATUSES = tuple(_ERROR_STATUSES)
 
@@ -36,11 +37,15 @@ def _spec(body: type, text: str, error: type) -> dict[int, ResponseSpec]:
     responses=_spec(ollama_embed.EmbedWireResponse, "One vector per input, in order.", ollama.ErrorResponse),
 )
 async def api_embed(
-    request: Request[Any, Any, Any], data: JSONBody[ollama_embed.EmbedWireRequest], models: NamedDependency[ModelTable]
+    request: Request[Any, Any, Any],
+    data: JSONBody[ollama_embed.EmbedWireRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
 ) -> Response[bytes]:
     canonical = ollama_embed.embed_to_canonical(data)
     result = await embed(
-        models, canonical, request.scope[SCOPE_KEY], request.receive, authorization=request.headers.get("authorization")
+        models, canonical, record, request.receive, authorization=credential.authorization
     )
     return Response(ollama_embed.render_embed(result, data.model), media_type="application/json")
 
@@ -57,10 +62,12 @@ async def api_embeddings(
     request: Request[Any, Any, Any],
     data: JSONBody[ollama_embed.LegacyEmbeddingRequest],
     models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
 ) -> Response[bytes]:
     canonical = ollama_embed.legacy_to_canonical(data)
     result = await embed(
-        models, canonical, request.scope[SCOPE_KEY], request.receive, authorization=request.headers.get("authorization")
+        models, canonical, record, request.receive, authorization=credential.authorization
     )
     return Response(ollama_embed.render_legacy(result), media_type="application/json")
 
@@ -75,11 +82,15 @@ async def api_embeddings(
     responses=_spec(openai_embed.EmbeddingsResponse, "One vector per input, in order.", OpenAIErrorResponse),
 )
 async def v1_embeddings(
-    request: Request[Any, Any, Any], data: JSONBody[openai_embed.EmbeddingsRequest], models: NamedDependency[ModelTable]
+    request: Request[Any, Any, Any],
+    data: JSONBody[openai_embed.EmbeddingsRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
 ) -> Response[bytes]:
     canonical = openai_embed.embeddings_to_canonical(data)
     result = await embed(
-        models, canonical, request.scope[SCOPE_KEY], request.receive, authorization=request.headers.get("authorization")
+        models, canonical, record, request.receive, authorization=credential.authorization
     )
     body = openai_embed.render_embeddings(result, data.model, data.encoding_format)
     return Response(body, media_type="application/json")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from litestar import Request, Response
@@ -23,7 +23,7 @@ from litestar.exceptions import (
 
 from adapters import anthropic, ollama, openai
 from adapters.errors import DragomanError, RequestError, retry_after_seconds, valid_error_status
-from proxy.record import SCOPE_KEY, Dialect, scope_dialect
+from proxy.record import SCOPE_KEY, Dialect, RequestRecord, scope_dialect
 
 log = structlog.get_logger("dragoman.errors")
 
@@ -72,7 +72,7 @@ def error_status(dialect: Dialect, err: DragomanError) -> int:
 
 
 def render(request: Request[Any, Any, Any], err: DragomanError) -> Response[bytes]:
-    record = request.scope.get(SCOPE_KEY)
+    record: RequestRecord | None = cast("dict[str, Any]", request.scope).get(SCOPE_KEY)
     if record is not None and record.error is None:
         record.error = err.message
     dialect = record.dialect if record is not None else scope_dialect(request.scope)
@@ -128,7 +128,7 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
 
 def _too_large(request: Request[Any, Any, Any]) -> DragomanError:
     """The route's own bound (the page's turn view has a smaller one) or the server's."""
-    table = getattr(request.app.state, "models", None)
+    table = request.app.state.get("models")
     server_limit = table.limits.max_body_bytes if table is not None else None
     try:
         limit = request.route_handler.resolve_request_max_body_size()
@@ -148,7 +148,7 @@ def handle_recursion(request: Request[Any, Any, Any], exc: RecursionError) -> Re
     1,000 levels) with a RecursionError; from a client's body that is a 400."""
     if "deserializ" not in str(exc):
         return handle_unexpected(request, exc)
-    table = getattr(request.app.state, "models", None)
+    table = request.app.state.get("models")
     limit = table.limits.max_json_depth if table is not None else None
     bound = f"; the limit is {limit} levels (server.limits.max_json_depth)" if limit else ""
     return render(request, RequestError(f"request body: JSON nested too deeply to decode{bound}"))

@@ -11,8 +11,11 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, get
 from litestar.di import NamedDependency
+from litestar.handlers import HTTPRouteHandler
+from litestar.types import Scope
 
-from proxy.auth import bearer_token, key_matches
+from backends.base import Backend, ReadinessProbe
+from proxy.auth import key_matches, presented_key
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.models import ModelTable
 
@@ -56,10 +59,10 @@ async def ready(request: Request[Any, Any, Any], models: NamedDependency[ModelTa
     return Response(Health(status="ready" if ok else "not ready", checks=checks), status_code=200 if ok else 503)
 
 
-def _may_see_details(scope: Any, api_keys: list[str]) -> bool:
+def _may_see_details(scope: Scope, api_keys: list[str]) -> bool:
     if not api_keys:
         return True  # an open server hides nothing from anyone
-    token = bearer_token(scope)
+    token = presented_key(scope)
     return token is not None and key_matches(token, [k.encode() for k in api_keys])
 
 
@@ -100,13 +103,12 @@ async def _check_all(models: ModelTable) -> list[Check]:
     return list(await asyncio.gather(*(_check(route.config.name, backend) for route, backend in models.entries())))
 
 
-async def _check(name: str, backend: Any) -> Check:
+async def _check(name: str, backend: Backend) -> Check:
     """A backend may offer ``async ready() -> (ok, detail)``; without it, it is ready."""
-    probe = getattr(backend, "ready", None)
-    if probe is None:
+    if not isinstance(backend, ReadinessProbe):
         return Check(name=f"model:{name}", ok=True)
     try:
-        ok, detail = await asyncio.wait_for(probe(), READY_CHECK_TIMEOUT)
+        ok, detail = await asyncio.wait_for(backend.ready(), READY_CHECK_TIMEOUT)
     except TimeoutError:
         ok, detail = False, f"no answer within {READY_CHECK_TIMEOUT:g} s"
     except Exception as exc:  # a failing probe is a finding, not a crash
@@ -114,7 +116,7 @@ async def _check(name: str, backend: Any) -> Check:
     return Check(name=f"model:{name}", ok=ok, detail=detail)
 
 
-def metrics_route(metrics: Metrics) -> Any:
+def metrics_route(metrics: Metrics) -> HTTPRouteHandler:
     @get("/metrics", summary="Prometheus metrics", tags=["Health"], include_in_schema=False)
     async def scrape() -> Response[bytes]:
         return Response(metrics.render(), media_type=CONTENT_TYPE)

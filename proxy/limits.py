@@ -206,8 +206,7 @@ def check_grammars(request: ChatRequest | CompletionRequest, budget: SchemaBudge
     schemas: list[tuple[str, object]] = []
     if request.response_format.type == "json_schema" and request.response_format.schema is not None:
         schemas.append((_SCHEMA_FIELD.get(dialect, "response_format"), request.response_format.schema))
-    choice = request.tool_choice if isinstance(request, ChatRequest) else None
-    if choice is not None and choice.mode in ("required", "function"):
+    if isinstance(request, ChatRequest) and (choice := request.tool_choice).mode in ("required", "function"):
         tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
         schemas += [
             (tool_field.format(i), tool.parameters)

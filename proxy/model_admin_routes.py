@@ -64,7 +64,7 @@ class NotServed(DragomanError):
     tags=["Ollama"],
     responses=OLLAMA_PULL,
 )
-async def pull(data: JSONBody[PullRequest], models: NamedDependency[ModelTable]) -> Response[bytes]:
+async def pull(data: JSONBody[PullRequest], models: NamedDependency[ModelTable]) -> Response[bytes] | Stream:
     name = data.model or data.name
     if not name:
         raise RequestError("model: field required", param="model")

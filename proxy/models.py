@@ -12,8 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from adapters.errors import ModelNotFound
 from backends.admission import Admission
-from backends.base import Backend
-from backends.upstream.backend import HttpUpstreamBackend
+from backends.base import Backend, Queued, Relay
 from config import Config, ModelRoute, resolve
 from proxy.limits import check_model_name
 from proxy.shutdown import Lifetime
@@ -61,7 +60,7 @@ class ModelTable:
         of its own for embeddings, which its backend does not bound: EMBED_CONCURRENT
         requests at once (batched together by the backend), max_queue more waiting, the
         rest 503. An upstream's are bounded by its connections, as its chats are."""
-        if id(route) in self._gates or isinstance(self._backends.get(id(route)), HttpUpstreamBackend):
+        if id(route) in self._gates or isinstance(self._backends.get(id(route)), Relay):
             return await self.admit(route)
         gate = self._embed_gates.setdefault(id(route), Admission(EMBED_CONCURRENT, self.limits.max_queue))
         await gate.acquire(route.config.name)
@@ -81,8 +80,8 @@ class ModelTable:
         active = GaugeMetricFamily("dragoman_active_requests", "Chats running per model entry", labels=["model"])
         for route, backend in self.entries():
             # The proxy's own gate when configured, else a backend's (the ONNX backend has one).
-            gate = self._gates.get(id(route)) or getattr(backend, "admission", None)
-            if isinstance(gate, Admission):
+            gate = self._gates.get(id(route)) or (backend.admission if isinstance(backend, Queued) else None)
+            if gate is not None:
                 queue.add_metric([route.config.name], gate.waiting)
                 active.add_metric([route.config.name], gate.active)
         loaded = GaugeMetricFamily("dragoman_loaded_models", "Models loaded in memory", labels=["model", "backend"])
@@ -98,9 +97,8 @@ class ModelTable:
                 loaded.add_metric([model.name, route.config.backend], 1)
                 if model.engine is not None:
                     engine.add_metric([model.name, model.engine.name, model.engine.reason], 1)
-            endpoint_health = getattr(backend, "endpoint_health", None)
-            if endpoint_health is not None:
-                for endpoint, healthy in endpoint_health().items():
+            if isinstance(backend, Relay):
+                for endpoint, healthy in backend.endpoint_health().items():
                     health.add_metric([route.config.name, endpoint], 1 if healthy else 0)
         yield from (queue, active, loaded, engine, health)
 
@@ -144,9 +142,8 @@ def _nothing() -> None:
     return None
 
 
-def build_backend(route: ModelRoute) -> Any:
+def build_backend(route: ModelRoute) -> Backend:
+    from backends.base import build_backend as build
     from backends.registry import backend_class
 
-    cls = backend_class(route.config.backend)
-    # A class may choose a sibling per entry (onnx: ``task: embed`` entries).
-    return getattr(cls, "for_route", cls)(route)
+    return build(backend_class(route.config.backend), route)

@@ -18,13 +18,14 @@ from adapters import ollama
 from adapters.canonical import SamplingOptions
 from adapters.ollama.wire import GoRequest, TagDetails
 from adapters.errors import RequestError
-from backends.base import Backend, LoadedModel, ModelDetails
+from backends.base import Backend, EmbeddingLength, LoadedModel, ModelDetails
 from config import ModelRoute
 from proxy.chat import collect, encode_stream, start_chat
 from proxy.limits import check_message_count
 from proxy.models import ModelTable
 from proxy.openapi_responses import OLLAMA_CHAT, OLLAMA_SHOW
-from proxy.record import SCOPE_KEY
+from proxy.context import ClientCredential
+from proxy.record import RequestRecord
 from proxy.version import OLLAMA_API_VERSION, __version__
 
 
@@ -88,13 +89,18 @@ class VersionResponse(msgspec.Struct):
 
 
 @post("/api/chat", status_code=200, summary="Generate a chat completion", tags=["Ollama"], responses=OLLAMA_CHAT)
-async def chat(request: Request[Any, Any, Any], data: JSONBody[ollama.ChatRequest], models: NamedDependency[ModelTable]) -> Response[bytes]:
-    record = request.scope[SCOPE_KEY]
+async def chat(
+    request: Request[Any, Any, Any],
+    data: JSONBody[ollama.ChatRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
+) -> Response[bytes] | Stream:
     check_message_count(len(data.messages or ()), models.limits)
     canonical = ollama.to_canonical(data)
     if not canonical.messages:
         return await load_or_unload(models, canonical.model, canonical.keep_alive, ollama.render_load_response)
-    started = await start_chat(models, canonical, record, authorization=request.headers.get("authorization"))
+    started = await start_chat(models, canonical, record, authorization=credential.authorization)
     if data.stream is not False:
         encoder = ollama.StreamEncoder(data.model)
         return Stream(encode_stream(started, encoder, record), media_type=encoder.media_type)
@@ -146,7 +152,7 @@ def show_parameters(context_length: int | None, defaults: SamplingOptions, end_t
     prompts by it), one ``stop "…"`` line per stop string (the entry's, else the model's
     end tokens, as a Modelfile's own stops replace the ones it inherits), then the other
     defaults; keys padded to 30, values as Go's ``%#v`` (strings quoted)."""
-    lines = [] if context_length is None else [("num_ctx", context_length)]
+    lines: list[tuple[str, object]] = [] if context_length is None else [("num_ctx", context_length)]
     lines += [("stop", stop) for stop in defaults.stop or end_tokens]
     lines += [(k, v) for k, v in msgspec.to_builtins(defaults).items() if k not in ("stop", "num_ctx" if lines else "")]
     return "\n".join(f"{key:<30} {_go_value(value)}" for key, value in lines)
@@ -168,8 +174,7 @@ def model_info(name: str, details: ModelDetails, embedding_length: int | None = 
 
 
 def _embedding_length(backend: Backend) -> int | None:
-    method = getattr(backend, "embedding_length", None)  # embedding backends have one
-    return method() if callable(method) else None
+    return backend.embedding_length() if isinstance(backend, EmbeddingLength) else None
 
 
 @get("/api/ps", summary="List loaded models", tags=["Ollama"])

@@ -20,7 +20,8 @@ from proxy.limits import check_message_count
 from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.models import ModelTable
 from proxy.openapi_responses import OPENAI_CHAT, OPENAI_MODEL
-from proxy.record import SCOPE_KEY
+from proxy.context import ClientCredential
+from proxy.record import RequestRecord
 
 
 class ModelCard(msgspec.Struct):
@@ -44,16 +45,19 @@ class ModelList(msgspec.Struct):
     responses=OPENAI_CHAT,
 )
 async def chat_completions(
-    request: Request[Any, Any, Any], data: JSONBody[openai.ChatCompletionRequest], models: NamedDependency[ModelTable]
-) -> Response[bytes]:
-    record = request.scope[SCOPE_KEY]
+    request: Request[Any, Any, Any],
+    data: JSONBody[openai.ChatCompletionRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
+) -> Response[bytes] | Stream:
     check_message_count(len(data.messages), models.limits)
     fetch = models.config.server.image_fetch
     if fetch.enabled and (urls := remote_image_urls(data)):
         check_before_fetching(models, data.model, image_part_count(data))
         data = with_fetched_images(data, await fetch_as_data_uris(urls, fetch))
     chat = await start_chat(
-        models, openai.to_canonical(data), record, authorization=request.headers.get("authorization")
+        models, openai.to_canonical(data), record, authorization=credential.authorization
     )
     if data.stream:
         include_usage = bool(data.stream_options and data.stream_options.include_usage)
@@ -70,8 +74,10 @@ async def chat_completions(
     description="Anthropic's shape (`data`, `has_more`, `first_id`, `last_id`) when the request sends `anthropic-version`.",
     responses={200: ResponseSpec(ModelList, description="The served names.", generate_examples=False)},
 )
-async def list_models(request: Request[Any, Any, Any], models: NamedDependency[ModelTable]) -> Response[bytes]:
-    if request.scope[SCOPE_KEY].dialect == "anthropic":
+async def list_models(
+    request: Request[Any, Any, Any], models: NamedDependency[ModelTable], record: NamedDependency[RequestRecord]
+) -> Response[bytes]:
+    if record.dialect == "anthropic":
         return _json(await anthropic_routes.model_page(models, dict(request.query_params)))
     created = int(models.started.timestamp())
     names = await models.listed_names()
@@ -86,10 +92,10 @@ async def list_models(request: Request[Any, Any, Any], models: NamedDependency[M
     responses={200: ResponseSpec(ModelCard, description="The model.", generate_examples=False), **OPENAI_MODEL},
 )
 async def retrieve_model(
-    request: Request[Any, Any, Any], model: FromPath[str], models: NamedDependency[ModelTable]
+    model: FromPath[str], models: NamedDependency[ModelTable], record: NamedDependency[RequestRecord]
 ) -> Response[bytes]:
     name = model.lstrip("/")
-    if request.scope[SCOPE_KEY].dialect == "anthropic":
+    if record.dialect == "anthropic":
         return _json(anthropic_routes.model_info(models, name))
     if not name:  # checked first: a catch-all pattern would match ""
         raise ModelNotFound(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from adapters.canonical import ContentDelta, Event, ThinkingDelta, ToolCallDone, ToolCallFragment, Usage
@@ -28,7 +29,7 @@ def dialect_of(path: str, anthropic_version: bool = False) -> Dialect:
     return "ollama"
 
 
-def scope_dialect(scope: dict[str, Any]) -> Dialect:
+def scope_dialect(scope: Mapping[str, Any]) -> Dialect:
     """The dialect of an ASGI request: its path, and whether it says ``anthropic-version``."""
     anthropic_version = any(name == b"anthropic-version" for name, _ in scope.get("headers", ()))
     return dialect_of(scope.get("path", ""), anthropic_version)

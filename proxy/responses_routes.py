@@ -23,13 +23,14 @@ from litestar.response import Stream
 from adapters import responses
 from adapters.errors import DragomanError, RequestError
 from adapters.responses import wire
-from proxy.auth import client_authorization, key_owner
+from proxy.auth import key_owner
+from proxy.context import ClientCredential
 from proxy.chat import Chat, collect, encode_stream, start_chat
 from proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from proxy.limits import check_message_count, page_limit
 from proxy.models import ModelTable
 from proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED, RESPONSES_ITEMS, RESPONSES_STORED
-from proxy.record import SCOPE_KEY, RequestRecord
+from proxy.record import RequestRecord
 from proxy.response_store import NoStore, ResponseStore, StoredResponse
 
 log = structlog.get_logger("dragoman.responses")
@@ -64,8 +65,9 @@ async def create_response(
     data: JSONBody[wire.ResponsesRequest],
     models: NamedDependency[ModelTable],
     response_store: NamedDependency[ResponseStore],
-) -> Response[bytes]:
-    record: RequestRecord = request.scope[SCOPE_KEY]
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
+) -> Response[bytes] | Stream:
     owner = _owner(request, models)
     history = await _history(response_store, data.previous_response_id, owner)
     if skipped := responses.builtin_tools(data):
@@ -76,7 +78,7 @@ async def create_response(
     keep = data.store is not False and not isinstance(response_store, NoStore)
     context = msgspec.json.encode([*history, *(responses.stored_item(item) for item in items)]) if keep else b""
     meta = responses.meta_for(data, store=keep)
-    chat = await start_chat(models, canonical, record, authorization=client_authorization(request))
+    chat = await start_chat(models, canonical, record, authorization=credential.authorization)
     if data.stream:
         encoder = responses.StreamEncoder(meta)
         frames = _stored_stream(chat, encoder, record, response_store if keep else None, context, owner)

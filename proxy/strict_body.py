@@ -35,7 +35,7 @@ class StrictBodyRequest(Request[Any, Any, Any]):
     async def body(self) -> bytes:
         """The whole body, received within ``server.limits.body_seconds``: the size bound
         alone let a slow sender keep a connection for ever."""
-        table = getattr(self.app.state, "models", None)
+        table = self.app.state.get("models")
         seconds = (table.limits if table is not None else Limits()).body_seconds
         try:
             async with asyncio.timeout(seconds):

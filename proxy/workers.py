@@ -26,6 +26,7 @@ Counters (``/metrics``) are per process too: a scrape sees the worker that answe
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
 import signal
@@ -48,12 +49,13 @@ ORPHAN_CHECK = 0.5  # seconds between a worker's checks that its supervisor stil
 def local_model_entries(config: Config) -> list[str]:
     """Entries whose backend holds models in the server's processes (unknown backends
     count as local: better one process too few than a model loaded N times)."""
+    from backends.base import loads_models
     from backends.registry import BackendUnavailable, backend_class
 
     names = []
     for route in config.models:
         try:
-            local = getattr(backend_class(route.config.backend), "loads_models", True)
+            local = loads_models(backend_class(route.config.backend))
         except (KeyError, BackendUnavailable):
             local = True
         if local:
@@ -211,7 +213,7 @@ def _worker_main(sock: socket.socket, config_path: str | None, index: int, super
     server = GracefulServer(
         uvicorn.Config(
             app, log_config=None, access_log=False,
-            timeout_graceful_shutdown=config.server.shutdown_grace + 5,
+            timeout_graceful_shutdown=math.ceil(config.server.shutdown_grace + 5),
         ),  # fmt: skip
         signals=(signal.SIGTERM,),
     )

@@ -139,7 +139,7 @@ def _output_format(config: wire.OutputConfig | None) -> ResponseFormat:
 
 
 def _tools(tools: list[wire.ToolParam] | None) -> list[Tool]:
-    converted = []
+    converted: list[Tool] = []
     for i, tool in enumerate(tools or ()):
         if tool.type not in (None, "custom"):
             param = f"tools[{i}].type"

@@ -128,7 +128,7 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
 
 
 def _content(message: Message) -> list[dict[str, Any]]:
-    blocks = []
+    blocks: list[dict[str, Any]] = []
     for part in message.parts:
         if isinstance(part, TextPart):
             if part.text:  # Anthropic refuses empty text blocks

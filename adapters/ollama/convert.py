@@ -42,7 +42,7 @@ _UNITLESS_NEGATIVE = re.compile(r"\s*-\d+(?:\.\d+)?\s*")
 
 def to_canonical(request: wire.ChatRequest) -> ChatRequest:
     think, think_level = parse_think(request.think)
-    top_logprobs = request.top_logprobs
+    top_logprobs = request.top_logprobs or 0  # null is 0 already (GoRequest)
     if not 0 <= top_logprobs <= 20:
         raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
     tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(request.tools or [])]
@@ -50,16 +50,16 @@ def to_canonical(request: wire.ChatRequest) -> ChatRequest:
     named = choice.function.name if isinstance(choice, wire.NamedToolChoice) else None
     return ChatRequest(
         model=request.model,
-        messages=_messages(request.messages),
+        messages=_messages(request.messages or []),
         tools=tools,
         tool_choice=parse_tool_choice(None if named else choice, named, tools),  # type: ignore[arg-type]
         options=sampling_options(request.options),
         response_format=parse_format(request.format),
         think=think,
         think_level=think_level,
-        logprobs=request.logprobs,
+        logprobs=bool(request.logprobs),
         top_logprobs=top_logprobs,
-        stream=request.stream,
+        stream=bool(request.stream),
         keep_alive=keep_alive_seconds(request.keep_alive),
     )
 
@@ -160,7 +160,7 @@ def _tool_call(call: wire.ToolCall, index: int, path: str) -> ToolCall:
             arguments = parse_arguments(arguments, call.function.name, max_depth=None)
         except MalformedToolCall as exc:
             raise RequestError(f"{path}.function.arguments: {exc.message}", param=f"{path}.function.arguments") from exc
-    return ToolCall(name=call.function.name, arguments=arguments, id=call.id, index=index)
+    return ToolCall(name=call.function.name, arguments=arguments or {}, id=call.id, index=index)
 
 
 def _tool(tool: wire.ToolDefinition, path: str) -> Tool:

@@ -73,7 +73,7 @@ def _keep_alive(value: float | str | None) -> float | None:
 
 
 def _num_ctx(options: ModelOptions | None) -> int | None:
-    return options.num_ctx if options is not None and options.num_ctx and options.num_ctx > 0 else None
+    return int(options.num_ctx) if options is not None and options.num_ctx and options.num_ctx > 0 else None  # an int already (ModelOptions)
 
 
 def embed_to_canonical(data: EmbedWireRequest) -> EmbedRequest:
@@ -140,8 +140,9 @@ def embed_to_upstream(request: EmbedRequest, model: str) -> tuple[str, bytes]:
         )
     options = ModelOptions(num_ctx=request.num_ctx) if request.num_ctx else None
     keep_alive = request.keep_alive
-    if not request.normalize and len(request.inputs) == 1 and request.dimensions is None:
-        body = LegacyEmbeddingRequest(model=model, prompt=request.inputs[0], keep_alive=keep_alive, options=options)
+    text = request.inputs[0] if len(request.inputs) == 1 else None  # text: token arrays are refused above
+    if not request.normalize and isinstance(text, str) and request.dimensions is None:
+        body = LegacyEmbeddingRequest(model=model, prompt=text, keep_alive=keep_alive, options=options)
         return "/api/embeddings", _encoder.encode(body)
     wire = EmbedWireRequest(
         model=model,

@@ -62,18 +62,18 @@ def to_canonical(request: wire.GenerateRequest) -> CompletionRequest:
     think, think_level = parse_think(request.think)
     return CompletionRequest(
         model=request.model,
-        prompt=request.prompt,
+        prompt=request.prompt or "",
         suffix=suffix,
-        raw=request.raw,
+        raw=bool(request.raw),
         system=request.system or None,
         images=[decode_base64_image(image, f"images[{i}]") for i, image in enumerate(request.images or [])],
         options=sampling_options(request.options),
         response_format=parse_format(request.format),
         think=think,
         think_level=think_level,
-        logprobs=request.logprobs,
-        top_logprobs=request.top_logprobs,
-        stream=request.stream,
+        logprobs=bool(request.logprobs),
+        top_logprobs=request.top_logprobs or 0,
+        stream=bool(request.stream),
         keep_alive=keep_alive_seconds(request.keep_alive),
     )
 

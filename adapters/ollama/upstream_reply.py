@@ -115,7 +115,7 @@ def _upstream_call(call: wire.ToolCall, index: int) -> ToolCall:
         arguments = parse_arguments(arguments, call.function.name)
     elif too_deep(arguments):
         raise MalformedToolCall(f"tool call '{call.function.name}' has arguments nested more than {MAX_DEPTH} levels deep")
-    return ToolCall(name=call.function.name, arguments=arguments, id=call.id, index=index)
+    return ToolCall(name=call.function.name, arguments=arguments or {}, id=call.id, index=index)
 
 
 def _upstream_finish(reply: wire.UpstreamChatResponse) -> Finish:

@@ -54,7 +54,7 @@ def to_canonical(request: wire.CompletionRequest) -> list[CompletionRequest]:
             options=options,
             logprobs=request.logprobs is not None,
             top_logprobs=request.logprobs or 0,
-            stream=request.stream,
+            stream=bool(request.stream),
             keep_alive=keep_alive_seconds(request.keep_alive),
         )
         for prompt in prompts(request.prompt)

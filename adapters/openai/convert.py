@@ -56,7 +56,7 @@ def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
         think_level=think_level,
         logprobs=bool(request.logprobs),
         top_logprobs=_top_logprobs(request),
-        stream=request.stream,
+        stream=bool(request.stream),
         keep_alive=keep_alive_seconds(request.keep_alive),
     )
 

@@ -75,7 +75,7 @@ def to_canonical(
         response_format=_format(request.text),
         think=think,
         think_level=level,
-        stream=request.stream,
+        stream=bool(request.stream),
     )
 
 

@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, ClassVar
 
 import msgspec
@@ -35,6 +35,7 @@ from adapters.canonical import (
     Usage,
 )
 from adapters.errors import BackendError, ContextTooLong, UnsupportedFeature
+from backends.admission import Admission
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.ctransformers import generation, loading
 from backends.ctransformers.formats import ModelFile
@@ -66,6 +67,9 @@ class CTransformersBackend:
         self.name: str = route.config.name
         self.history: collections.deque[RequestRecord] = collections.deque(maxlen=100)
         self.residency = Residency(self.name, route.keep_alive, self._drop_instances)
+        # The line in front of the instances, kept across reloads: a thread still
+        # generating on an unloaded instance holds its slot (and its executor thread).
+        self.admission = Admission(self.settings.max_concurrent, self.settings.max_queue)
         self._pool: InstancePool | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._file: ModelFile | None = None
@@ -92,7 +96,7 @@ class CTransformersBackend:
             quantization_level=file.quantization,
             size=file.size,
             context_length=self._context_length or self._wanted_context(file) or None,
-            template=file.chat_template if self._uses_own_template(file) else self._preset(file),
+            template=(file.chat_template or "") if self._uses_own_template(file) else self._preset(file),
             parameter_count=file.parameters or None,
             embedding_length=file.embedding_length,
             insert_template=fim.go_template() if (fim := find_fim(file.special_tokens)) else "",
@@ -208,7 +212,7 @@ class CTransformersBackend:
 
     async def _generate(
         self, request: Request, prompt: Callable[[ModelFile], tuple[list[Segment], tuple[str, ...]]]
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         began = time.perf_counter_ns()
         plan = plan_sampling(request.options)
         load_ns = await self._ensure_loaded()
@@ -339,7 +343,7 @@ class CTransformersBackend:
             file = await asyncio.to_thread(self._inspect)
             instances = await asyncio.to_thread(self._create_instances, file)
             self._file, self._context_length = file, instances[0].context_length
-            self._pool = InstancePool(instances, self.settings.max_queue)
+            self._pool = InstancePool(instances, self.admission)
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self.settings.max_concurrent, thread_name_prefix=f"ctransformers-{self.name}"

@@ -15,8 +15,8 @@ import collections
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, ClassVar, NoReturn
 
 import msgspec
 
@@ -227,7 +227,7 @@ class OnnxBackend:
                 async for event in events:
                     yield event
 
-    async def _generate(self, request: Request, began: int, load_ns: int) -> AsyncIterator[Event]:
+    async def _generate(self, request: Request, began: int, load_ns: int) -> AsyncGenerator[Event, None]:
         worker = self.slot.worker
         assert worker is not None and worker.ready is not None
         start, parser = self._plan(request, next(self._ids), worker.ready.context_length)
@@ -295,7 +295,7 @@ class OnnxBackend:
             return chat_start(self.files, self.settings, request, request_id, model_context)
         return completion_start(self.files, request, request_id, model_context)
 
-    def _raise_refusal(self, first: Report | WorkerGone, request: Request) -> None:
+    def _raise_refusal(self, first: Report | WorkerGone, request: Request) -> NoReturn:
         if isinstance(first, Refused):
             if first.kind == "context":
                 raise ContextTooLong(

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from backends.onnx.prepare import MARKER, BuildProvider, PrepareError, dragoman_home, find_gguf, is_prepared, missing_build_tools
@@ -222,7 +223,7 @@ def _verify(folder: Path, reference: object) -> float:
     return difference
 
 
-def _write_marker(folder: Path, marker: dict[str, object]) -> None:
+def _write_marker(folder: Path, marker: Mapping[str, object]) -> None:
     files = {
         str(f.relative_to(folder)): {"size": f.stat().st_size, "sha256": sha256_file(f)}
         for f in sorted(folder.rglob("*"))

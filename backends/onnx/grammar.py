@@ -61,7 +61,7 @@ def tool_call_grammar(tools: list[Tool]) -> str:
 
 
 def _call_schema(tool: Tool) -> dict[str, Any]:
-    parameters = dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
+    parameters: dict[str, Any] = dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
     parameters.pop("x-guidance", None)
     parameters.pop("$schema", None)
     # Unlisted arguments are never valid in a call, and without this bound a weak

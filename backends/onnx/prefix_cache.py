@@ -65,7 +65,7 @@ class PrefixCache:
             shared = shared_prefix(entry.ids, ids)
             if shared > length:
                 best, best_key, length = entry, key, shared
-        if best is None or length < self.min_tokens:
+        if best is None or best_key is None or length < self.min_tokens:
             self.misses += 1
             return None, 0
         self._entries.move_to_end(best_key)

@@ -61,7 +61,6 @@ class HttpUpstreamBackend:
     """Subclasses name the dialect: paths, request encoding, reply decoding."""
 
     Settings: ClassVar[type[UpstreamSettings]] = UpstreamSettings
-    loads_models: ClassVar[bool] = False  # no model in this process: any number of server workers
     chat_path: ClassVar[str]
     models_path: ClassVar[str]
     kind: ClassVar[str]

@@ -190,7 +190,7 @@ def _status_error(response: aiohttp.ClientResponse, body: bytes, decode_error: E
         where = display_url(header(response, "location") or "elsewhere")
         return BackendError(f"upstream {upstream} redirected to {where}; configure that URL instead")
     if status in NO_CONTENT_STATUSES:
-        error = BackendError(f"upstream {upstream} answered HTTP {status}, which carries no reply", status=502)
+        error: DragomanError = BackendError(f"upstream {upstream} answered HTTP {status}, which carries no reply", status=502)
         return Failed(f"HTTP {status}: no reply", error=error, responded=True)
     if not 400 <= status <= 599:  # 1xx, or no HTTP status at all (600 and up)
         error = BackendError(f"upstream {upstream} answered HTTP {status}, which is not a status a reply can have")

@@ -146,7 +146,7 @@ async def test_closing_the_stream_stops_generation_within_a_token(backend: CTran
     record = backend.history[-1]
     assert record.reason == "cancelled" and record.tokens_at_cancel is not None
     assert record.completion_tokens - record.tokens_at_cancel <= 2  # one in flight at most
-    assert backend._pool is not None and backend._pool.idle  # the instance came back
+    assert backend.admission.idle  # the instance came back
 
 
 async def test_two_requests_run_at_once_and_a_third_waits(backend: CTransformersBackend) -> None:

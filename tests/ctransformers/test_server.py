@@ -172,3 +172,23 @@ def test_two_concurrent_requests_both_complete(oa: openai.OpenAI, ol: ollama.Cli
         openai_reply, ollama_reply = a.result(timeout=60), b.result(timeout=60)
     assert openai_reply.choices[0].message.content == ollama_reply.message.content
     assert "Paris" in ollama_reply.message.content
+
+
+def test_metrics_show_the_entrys_queue_and_running_requests(served: Served) -> None:
+    """The instance pool's line is the backend's Admission, so /metrics reads it as it
+    reads the ONNX backend's (it kept a queue of its own before, and showed nothing)."""
+    body = {"model": MODEL, "stream": True, "messages": STORY, "max_tokens": 400}
+    with httpx.stream("POST", served.url + "/v1/chat/completions", json=body, timeout=30) as reply:
+        lines = reply.iter_lines()
+        for _ in range(2):
+            next(lines)
+        running = httpx.get(served.url + "/metrics", timeout=10).text
+    assert f'dragoman_active_requests{{model="{MODEL}"}} 1.0' in running
+    assert f'dragoman_queue_depth{{model="{MODEL}"}} 0.0' in running
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = httpx.get(served.url + "/metrics", timeout=10).text
+        if f'dragoman_active_requests{{model="{MODEL}"}} 0.0' in after:
+            break
+        time.sleep(0.05)
+    assert f'dragoman_active_requests{{model="{MODEL}"}} 0.0' in after  # the instance came back

@@ -119,7 +119,7 @@ def test_the_page_says_a_key_is_needed_and_holds_no_data(http: httpx.Client) -> 
 def test_data_needs_the_key(http: httpx.Client, method: str, path: str) -> None:
     response = http.request(method, path, json={})
     assert response.status_code == 401
-    assert response.json() == {"error": "missing API key: send 'Authorization: Bearer <key>'"}
+    assert response.json() == {"error": "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"}
     assert http.request(method, path, json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
 
 

@@ -155,7 +155,7 @@ def _llama3_rope(config: Any, header: Any, path: Path) -> list[str]:
     theta = float(header.get("llama.rope.freq_base") or 10000.0)
     dim = int(header.get("llama.rope.dimension_count") or config.head_dim)
     factor = float(stored.max())
-    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    scaling: dict[str, Any] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192}  # fmt: skip
     if not np.allclose(_llama3_factors(theta, dim, scaling), stored, rtol=1e-5, atol=1e-6):
         raise SystemExit("error: this GGUF's rope_freqs tensor is not Llama 3's rope scaling, and transformers "
