@@ -144,7 +144,7 @@ class GeneratorCache:
                 shared = 0
             if shared > length and (shared or full):
                 best, best_key, length = kept, key, shared
-        if best is None:
+        if best is None or best_key is None:
             return None, 0
         self._drop(best_key)
         return best, length

@@ -281,10 +281,10 @@ class Worker:
         if generation is not None:
             self._finish(generation, generation.done("cancelled"))
             return
-        generation = self.engine.cancel(request_id) if self.engine else None
+        sequence = self.engine.cancel(request_id) if self.engine else None
         self.pending.discard(request_id)
-        if generation:
-            self.send(generation.done("cancelled"))
+        if sequence:
+            self.send(sequence.done("cancelled"))
         else:  # finished already, being prepared, or never started: confirm anyway
             self.send(Done(request_id, "cancelled", prompt_tokens=0, completion_tokens=0))
 
