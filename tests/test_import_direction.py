@@ -151,7 +151,6 @@ def project_sources() -> dict[str, tuple[bool, str]]:
 # so the check guards against new ones meanwhile; the list only shrinks.
 NOT_YET_BROKEN = {
     ("backends.upstream.embedding", "backends.upstream.backend"),
-    ("backends.upstream.relay", "backends.upstream.backend"),
 }
 
 
