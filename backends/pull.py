@@ -19,19 +19,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
-import msgspec
-
-
-class PullProgress(msgspec.Struct, omit_defaults=True, frozen=True):
-    """One NDJSON line of ``/api/pull``, as Ollama's ``api.ProgressResponse``."""
-
-    status: str
-    digest: str | None = None
-    total: int | None = None
-    completed: int | None = None
-
-
-ProgressCallback = Callable[[PullProgress], None]
+from backends.pull_progress import ProgressCallback, PullProgress
 
 
 @runtime_checkable

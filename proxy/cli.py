@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 
@@ -18,6 +14,7 @@ from backends.onnx.prepare.cli import add_prepare_arguments, print_builds, run_p
 from backends.registry import settings_type
 from config import Config, ConfigError, check_report, load_config, routing_table
 from proxy import workers
+from proxy.graceful_server import GracefulServer
 from proxy.gc_settings import tune_for_serving
 from proxy.host_check import bound_to, startup_warnings
 from proxy.logging import configure_logging
@@ -120,38 +117,6 @@ def _serve(args: argparse.Namespace) -> int:
     )
     server.run(sockets=sockets or None)
     return 0
-
-
-class GracefulServer(uvicorn.Server):
-    """uvicorn's server, telling the app when SIGTERM/SIGINT arrives so running streams
-    get their grace period and new chats are refused."""
-
-    def __init__(self, config: uvicorn.Config, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
-        super().__init__(config)
-        self.signals = signals
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        from litestar import Litestar
-
-        app = self.config.app
-        table = app.state.get("models") if isinstance(app, Litestar) else None
-        if table is not None:
-            table.lifetime.begin_shutdown()
-        super().handle_exit(sig, frame)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # uvicorn re-raises the signal after shutting down, so the process dies by
-        # SIGTERM; a graceful stop should exit 0, as service managers expect.
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in self.signals}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
 
 
 def _preflight(config: Config) -> list[str]:

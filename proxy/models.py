@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ from adapters.errors import ModelNotFound
 from backends.admission import Admission
 from backends.base import Backend, Queued, Relay
 from config import Config, ModelRoute, resolve
+from proxy.cpus import cpu_cores
 from proxy.limits import check_model_name
 from proxy.shutdown import Lifetime
 
@@ -25,14 +25,6 @@ BackendFactory = Callable[[ModelRoute], Backend]
 # Embedding requests of one model entry running at once when server.limits.max_concurrent
 # is unset; the ONNX embedding service batches their inputs together.
 EMBED_CONCURRENT = 8
-
-
-def cpu_cores() -> int:
-    """The cores this process may run on (a container's share, not the host's)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # Windows, macOS
-        return max(1, os.cpu_count() or 1)
 
 
 class ModelTable:

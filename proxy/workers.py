@@ -40,6 +40,7 @@ from typing import Any
 import uvicorn
 
 from config import Config
+from proxy.cpus import cpu_cores
 
 RESTART_WINDOW = 30.0  # seconds: this many restarts inside it is a crash loop
 MAX_RESTARTS = 5
@@ -70,14 +71,7 @@ def process_count(config: Config, cpus: int | None = None) -> int:
         return workers
     if local_model_entries(config):
         return 1
-    return max(1, cpus if cpus is not None else usable_cpus())
-
-
-def usable_cpus() -> int:
-    """Cores this process may run on (a container or ``taskset`` may allow fewer than exist)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return max(1, cpus if cpus is not None else cpu_cores())
 
 
 def startup_note(config: Config, count: int) -> str | None:
@@ -199,7 +193,7 @@ def _worker_main(sock: socket.socket, config_path: str | None, index: int, super
     from backends.registry import settings_type
     from config import load_config
     from proxy.app import create_app
-    from proxy.cli import GracefulServer
+    from proxy.graceful_server import GracefulServer
     from proxy.gc_settings import tune_for_serving
     from proxy.host_check import bound_to
     from proxy.logging import configure_logging

@@ -63,7 +63,6 @@ def test_serve_refuses_two_onnxruntime_genai_flavours(monkeypatch: pytest.Monkey
     from proxy import cli
 
     monkeypatch.setattr(providers, "installed_flavours", lambda: {"onnxruntime-genai": "0.18.0", "onnxruntime-genai-cuda": "0.18.0"})
-    monkeypatch.setattr("backends.onnx.backend.installed_flavours", providers.installed_flavours)
     monkeypatch.setattr(cli, "configure_logging", lambda *args: None)
     assert cli.main(["serve", "--port", "1"]) == 2
     err = capsys.readouterr().err

@@ -45,7 +45,7 @@ from backends.onnx.prepare import is_prepared, missing_build_tools
 from backends.onnx.prompt_tokens import PromptTokenizer
 from backends.onnx.prompts import chat_prompt, chat_start, completion_start
 from backends.onnx.protocol import RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Refused, Report, Start, Started, Tokens
-from backends.onnx.providers import ProviderError, candidate_providers, installed_flavours
+from backends.onnx.providers import flavour_problem
 from backends.onnx.settings import OnnxSettings
 from backends.onnx.worker_slot import WorkerSlot, engine_text
 from backends.residency import Residency
@@ -83,11 +83,7 @@ class OnnxBackend:
     def preflight(settings: OnnxSettings) -> str | None:
         """Checked before the server starts: a missing or doubled onnxruntime-genai
         flavour is a problem to fix now, not at the first request."""
-        try:
-            candidate_providers(settings.provider, installed_flavours())
-        except ProviderError as exc:
-            return str(exc)
-        return None
+        return flavour_problem(settings.provider)
 
     # -- discovery ---------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from adapters.canonical import ChatRequest, CompletionRequest, EmbedRequest, Emb
 from adapters.errors import UnsupportedFeature
 from backends.base import Capabilities, LoadedModel, ModelDetails
 from backends.onnx.embedding_service import OnnxEmbedder
+from backends.onnx.providers import flavour_problem
 from backends.onnx.settings import OnnxSettings
 
 
@@ -33,9 +34,7 @@ class OnnxEmbeddingBackend:
 
     @staticmethod
     def preflight(settings: OnnxSettings) -> str | None:
-        from backends.onnx.backend import OnnxBackend
-
-        return OnnxBackend.preflight(settings)
+        return flavour_problem(settings.provider)
 
     def capabilities(self, model: str) -> Capabilities:
         return Capabilities(completion=False, embedding=True)

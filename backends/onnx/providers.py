@@ -139,3 +139,13 @@ def _session_overlay(threads: int | None) -> str:
     if threads:
         options["intra_op_num_threads"] = threads
     return json.dumps({"model": {"decoder": {"session_options": options}}})
+
+
+def flavour_problem(requested: ProviderChoice) -> str | None:
+    """Checked before the server starts (chat and embedding entries alike): a missing or
+    doubled onnxruntime-genai flavour is a problem to fix now, not at the first request."""
+    try:
+        candidate_providers(requested, installed_flavours())
+    except ProviderError as exc:
+        return str(exc)
+    return None

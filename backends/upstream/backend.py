@@ -39,22 +39,13 @@ from backends.upstream.endpoints import Endpoint, EndpointPool
 from backends.upstream.exchange import Failed, get_json_body, open_reply
 from backends.upstream.failover import exhausted, gives_up, with_one_retry
 from backends.upstream.redaction import Redactor, bearer_secrets
-from backends.upstream.relay import StreamDecoder, read_whole, relay_stream
+from backends.upstream.relay import Call, StreamDecoder, read_whole, relay_stream
 from backends.upstream.settings import UpstreamSettings
 from config import ModelRoute
 
 log = structlog.get_logger("dragoman.upstream")
 
 DISCOVERY_TIMEOUT = 10.0  # seconds; discovery must not hold /api/tags up for long
-
-
-class Call(msgspec.Struct, frozen=True):
-    """One request to the upstream: where it goes, what it sends, how its reply reads."""
-
-    path: str
-    body: bytes
-    decoder: Callable[[], StreamDecoder]
-    parse: Callable[[bytes], list[Event]]  # a whole (non-streaming) reply
 
 
 class HttpUpstreamBackend:

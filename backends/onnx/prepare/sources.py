@@ -62,7 +62,7 @@ class Known(msgspec.Struct, frozen=True):
 
 
 def _smollm2_gguf(home: Path | None) -> Path:
-    from backends.onnx.prepare.build import find_gguf
+    from backends.onnx.prepare.pinned_gguf import find_gguf
 
     return find_gguf(home)
 

