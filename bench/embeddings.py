@@ -42,7 +42,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.onnx.embedding_prepare import default_embedding_path, prepare_all_minilm  # noqa: E402
+from dragoman.backends.onnx.embedding_prepare import default_embedding_path, prepare_all_minilm  # noqa: E402
 from tests.support.server import free_port  # noqa: E402
 
 SIZES = (1, 16, 256)
@@ -90,7 +90,7 @@ class RawLoop:
 def start_server(config: Path, port: int, home: Path) -> subprocess.Popen[bytes]:
     log = open(Path(tempfile.gettempdir()) / f"embed-bench-{port}.log", "wb")
     env = {**os.environ, "DRAGOMAN_HOME": str(home)}
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)]
+    command = [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", str(port)]
     server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -106,7 +106,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=["chat", "first"])
     parser.add_argument("--idle", type=float, default=0.0, help="seconds idle before each first-token request")
     args = parser.parse_args()
-    from backends.onnx.prepare import default_model_path
+    from dragoman.backends.onnx.prepare import default_model_path
 
     print(f"load at start {'/'.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     model_dir = default_model_path("cpu")

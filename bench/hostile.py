@@ -97,7 +97,7 @@ def start(config: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     port = free_port()
     log = Path(tempfile.gettempdir()) / f"hostile-bench-{port}.log"
     server = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port), "--config", str(config)],
+        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--port", str(port), "--config", str(config)],
         cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -1,5 +1,5 @@
 """How far kernel rounding moves a row's logits, against what a broken layout does
-(issue 23): the figures behind the bound of ``self_check`` in backends/onnx/decoder.py.
+(issue 23): the figures behind the bound of ``self_check`` in dragoman/backends/onnx/decoder.py.
 
     DRAGOMAN_HOME=.dragoman-test-home .venv/bin/python bench/kernel_rounding.py [MODEL_DIR]
 
@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.onnx.decoder import ROUNDING_BOUND, Decoder, divergence, measure  # noqa: E402
+from dragoman.backends.onnx.decoder import ROUNDING_BOUND, Decoder, divergence, measure  # noqa: E402
 
 TEXTS = [
     "Write a long story about a dragon who guards a lighthouse.",
@@ -124,7 +124,7 @@ def flip(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def main() -> None:
-    from backends.onnx.model_files import default_model_path
+    from dragoman.backends.onnx.model_files import default_model_path
 
     model_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else default_model_path("cpu")
     decoder = Decoder(model_dir)

@@ -8,7 +8,7 @@ Three processes on 127.0.0.1:
 * a canned upstream (this script with ``--serve-upstream``): a raw asyncio HTTP/1.1 server
   that answers ``/v1/chat/completions`` with OpenAI SSE and ``/api/chat`` with Ollama
   NDJSON, ``--chunks`` content chunks ``--delay`` seconds apart, keep-alive, chunked;
-* dragoman (``python -m proxy.cli serve --config …``) serving ``canned-openai`` through
+* dragoman (``python -m dragoman.proxy.cli serve --config …``) serving ``canned-openai`` through
   the ``openai`` backend and ``canned-ollama`` through the ``ollama`` backend;
 * this script as the client: each round opens ``--streams`` streaming requests at once,
   a quarter for each pair of client dialect and upstream dialect.
@@ -325,7 +325,7 @@ async def main_async(args: argparse.Namespace) -> int:
     )
     log = (workdir / "gateway.log").open("wb")
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(gateway_port)],
+        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", str(gateway_port)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{gateway_port}"

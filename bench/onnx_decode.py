@@ -90,12 +90,12 @@ class Stream:
 
 class RawLoop:
     """The same model driven by a bare Generator loop; ``spinning=False`` loads it with the
-    session options dragoman's worker sets (``backends/onnx/providers.py``)."""
+    session options dragoman's worker sets (``dragoman/backends/onnx/providers.py``)."""
 
     def __init__(self, model_dir: Path, *, spinning: bool) -> None:
         import onnxruntime_genai as og
 
-        from backends.text.chat_template import load_chat_template, special_tokens
+        from dragoman.backends.text.chat_template import load_chat_template, special_tokens
 
         config = og.Config(str(model_dir))
         config.clear_providers()
@@ -115,8 +115,8 @@ class RawLoop:
         return self.tokenizer.encode(self.render(prompt))
 
     def render(self, prompt: str | list[dict[str, str]]) -> str:
-        from adapters.canonical import Message, TextPart
-        from backends.text.chat_template import render_chat
+        from dragoman.adapters.canonical import Message, TextPart
+        from dragoman.backends.text.chat_template import render_chat
 
         chat = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         messages = [Message(role=m["role"], parts=[TextPart(m["content"])]) for m in chat]  # type: ignore[arg-type]
@@ -158,7 +158,7 @@ def free_port() -> int:
 
 def start_server(port: int, config: Path | None, root: Path = ROOT) -> subprocess.Popen[bytes]:
     """``dragoman serve`` from the checkout at ``root`` (another one serves a before/after)."""
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port)]
+    command = [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--port", str(port)]
     if config is not None:
         command += ["--config", str(config)]
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"onnx-bench-server-{port}.log"
@@ -422,7 +422,7 @@ def main() -> int:
         return 0
     import onnxruntime_genai as og
 
-    from backends.onnx.prepare import default_model_path
+    from dragoman.backends.onnx.prepare import default_model_path
 
     began = time.monotonic()
     out: dict[str, Any] = {

@@ -117,11 +117,11 @@ def render(out: dict[str, Any]) -> str:
         "### Logits processors: cost per token",
         "",
         "Options the library has no switch for run as numpy processors in the worker "
-        "(`backends/onnx/processors.py`). Added µs/token: measured in this process on "
+        "(`dragoman/backends/onnx/processors.py`). Added µs/token: measured in this process on "
         f"{local['steps']} rows of real logits, the fastest of {local['passes']} passes per row, median over rows — "
         f"the library calls a processor needs (read logits and sequence, write logits: {local['library_us']:.0f} µs) "
         "plus the numpy pipeline. Neutral values switch a knob off when the request is planned "
-        "(`backends/onnx/sampling.py`): no processor runs and the worker never reads the logits, so they add 0. "
+        "(`dragoman/backends/onnx/sampling.py`): no processor runs and the worker never reads the logits, so they add 0. "
         f"Through the server (Ollama `/api/chat`, temperature 0.8, seed 7, {out['burst_tokens']} tokens, "
         f"{len(rows['plain sampling']['us_per_token'])} rounds): the worker's `eval_duration / eval_count` and the "
         "client's decode rate, a noisier end-to-end check (a token step is ~10 ms and the machine is shared).",
@@ -145,7 +145,7 @@ def render(out: dict[str, Any]) -> str:
         "",
         "![ONNX backend benchmark](onnx_decode.png)",
         "",
-        "What this benchmark changed in `backends/onnx`: the worker loads the model with intra-op spinning off "
+        "What this benchmark changed in `dragoman/backends/onnx`: the worker loads the model with intra-op spinning off "
         "(`providers.py`; the pool's spinning threads took the cores the gateway needs to forward each token: "
         "single-stream decode over HTTP against the raw loop went from 0.93× to 1.08× in an A/B run on a busy "
         "machine and from 1.05× to 1.07× on a quieter one; TTFT and aggregate unchanged); tail-free sampling sorts only a head of the vocabulary unless the unseen tail could "

@@ -4,7 +4,7 @@ kind and target, on the default model (SmolLM2-135M-Instruct, Q4_1 GGUF, 135M pa
     .venv/bin/python bench/prepare_builds.py [--write]
 
 Every build runs from scratch into a temporary DRAGOMAN_HOME (nothing is reused), one
-after another, as ``python -m backends.onnx.prepare SOURCE --provider P --precision Q``
+after another, as ``python -m dragoman.backends.onnx.prepare SOURCE --provider P --precision Q``
 — the same command users run. The figures come from each build's marker: wall time per
 stage and the peak RSS of the build's worker process (its VmHWM, sampled every 0.1 s).
 Next to each, the estimate ``prepare`` checks against free memory and disk before it
@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.onnx.prepare import find_gguf  # noqa: E402
-from backends.onnx.prepare.build import estimate  # noqa: E402
-from backends.onnx.prepare.catalogue import builds  # noqa: E402
-from backends.onnx.prepare.sources import resolve  # noqa: E402
+from dragoman.backends.onnx.prepare import find_gguf  # noqa: E402
+from dragoman.backends.onnx.prepare.build import estimate  # noqa: E402
+from dragoman.backends.onnx.prepare.catalogue import builds  # noqa: E402
+from dragoman.backends.onnx.prepare.sources import resolve  # noqa: E402
 from bench.onnx_decode_report import write_section  # noqa: E402
 from tests.support.ollama_store import SMOLLM2_TEMPLATE, Store  # noqa: E402
 
@@ -49,7 +49,7 @@ def make_sources(work: Path) -> dict[str, str]:
     store.add_model("smollm2", "135m", gguf, template=SMOLLM2_TEMPLATE, params={"stop": ["<|im_start|>", "<|im_end|>"]})
     hf = work / "SmolLM2-135M-Instruct"
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from backends.onnx.prepare.worker import "
+    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from dragoman.backends.onnx.prepare.worker import "
                     "convert_gguf; convert_gguf(Path(sys.argv[1]), Path(sys.argv[2]), [])", str(gguf), str(hf)],
                    check=True, cwd=ROOT, capture_output=True)  # fmt: skip
     print(f"made the HF folder from the GGUF in {time.perf_counter() - began:.1f}s", file=sys.stderr)
@@ -103,7 +103,7 @@ def _measure(work: Path, kind: str, ref: str, provider: str, precision: str, lab
     source = resolve(ref, home=home)
     need = estimate(source, precision)
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "backends.onnx.prepare", ref, "--provider", provider, "--precision", precision,
+    subprocess.run([sys.executable, "-m", "dragoman.backends.onnx.prepare", ref, "--provider", provider, "--precision", precision,
                     "--print-path"], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     wall = time.perf_counter() - began
     (build,) = builds(home)

@@ -44,10 +44,10 @@ def build_app(target: str, upstream: str, root: Path) -> Any:
 
         return bare_passthrough.create()
     sys.path.insert(0, str(root))
-    from backends.registry import settings_type
-    from config import load_config
-    from proxy.app import create_app
-    from proxy.logging import configure_logging
+    from dragoman.backends.registry import settings_type
+    from dragoman.config import load_config
+    from dragoman.proxy.app import create_app
+    from dragoman.proxy.logging import configure_logging
 
     work = Path(tempfile.mkdtemp(prefix="dragoman-profile-"))
     path = work / "dragoman.yaml"
@@ -57,7 +57,7 @@ def build_app(target: str, upstream: str, root: Path) -> Any:
     configure_logging(config.server.log_format, config.server.log_level)
     app = create_app(config)
     try:
-        from proxy.gc_settings import tune_for_serving  # as `dragoman serve` does (absent from older checkouts)
+        from dragoman.proxy.gc_settings import tune_for_serving  # as `dragoman serve` does (absent from older checkouts)
     except ImportError:
         return app
     tune_for_serving()

@@ -96,7 +96,7 @@ def start_targets(args: argparse.Namespace, work: Path, upstreams: dict[str, tup
         checkouts.append((TWIN, ROOT, 1))
     for name, root, workers in checkouts:
         port = free_port()
-        command = [python, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)]
+        command = [python, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", str(port)]
         if root == ROOT or workers > 1:  # a checkout from before server.workers takes no --workers
             command += ["--workers", str(workers)]
         env = {"PYTHONPATH": str(root)}

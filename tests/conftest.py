@@ -8,9 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from backends.onnx.prepare import default_model_path, prepare_smollm2
-from backends.registry import settings_type
-from config import load_config
+from dragoman.backends.onnx.prepare import default_model_path, prepare_smollm2
+from dragoman.backends.registry import settings_type
+from dragoman.config import load_config
 from tests.support.fim_model import build_fim_model
 from tests.support.markers import holds_no_unit_test, mark
 from tests.support.server import RunningServer, config_from_yaml, serve
@@ -79,7 +79,7 @@ def real_server(model_home: Path, embedding_model_dir: Path) -> Iterator[Running
 @pytest.fixture(scope="session")
 def embedding_model_dir() -> Path:
     """all-MiniLM-L6-v2 exported to ONNX (and checked against PyTorch) once into the test home."""
-    from backends.onnx.embedding_prepare import prepare_all_minilm
+    from dragoman.backends.onnx.embedding_prepare import prepare_all_minilm
 
     return prepare_all_minilm(TEST_HOME, progress=False)
 

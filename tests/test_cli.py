@@ -15,7 +15,7 @@ import pytest
 
 
 def dragoman(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "dragoman.proxy.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_config_check_prints_routing_table(tmp_path: Path) -> None:
@@ -59,8 +59,8 @@ def test_models_list_default_config() -> None:
 
 
 def test_serve_refuses_two_onnxruntime_genai_flavours(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from backends.onnx import providers
-    from proxy import cli
+    from dragoman.backends.onnx import providers
+    from dragoman.proxy import cli
 
     monkeypatch.setattr(providers, "installed_flavours", lambda: {"onnxruntime-genai": "0.18.0", "onnxruntime-genai-cuda": "0.18.0"})
     monkeypatch.setattr(cli, "configure_logging", lambda *args: None)
@@ -88,7 +88,7 @@ def test_serve_on_port_0_takes_a_free_port_and_says_which(tmp_path: Path, host: 
     config = tmp_path / "upstream.yaml"
     config.write_text("models:\n  - {name: remote, backend: openai, base_url: 'http://127.0.0.1:9/v1'}\n")
     server = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--host", host, "--port", "0",
+        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--host", host, "--port", "0",
          "--workers", str(workers)],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

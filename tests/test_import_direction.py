@@ -1,5 +1,5 @@
-"""Dependencies run one way: ``proxy → backends → config → adapters``, and only
-``proxy`` imports Litestar: the adapters stay pure translation and the backends stay
+"""Dependencies between dragoman's layers run one way: ``proxy → backends → config →
+adapters``, and only ``proxy`` imports Litestar: the adapters stay pure translation and the backends stay
 usable without the web framework, so either can be tested and reused on its own.
 
 Read from the source with ``ast`` (every import, including the ones inside functions
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "dragoman"
 
 # What each of the project's packages may import of the others (and of Litestar).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -26,15 +27,26 @@ ALLOWED: dict[str, frozenset[str]] = {
 WATCHED = frozenset(ALLOWED) | {"litestar"}
 
 
+def layer(module: str, names: tuple[str, ...] = ()) -> str:
+    """The layer an absolute import reaches: ``dragoman.backends.x`` → ``backends``
+    (``from dragoman import config`` → ``config``); anything else, its top-level name."""
+    parts = module.split(".")
+    if parts[0] != "dragoman":
+        return parts[0]
+    if len(parts) > 1:
+        return parts[1]
+    return names[0] if len(names) == 1 else "dragoman"
+
+
 def imported_packages(source: str) -> list[tuple[int, str]]:
-    """The (line, top-level package) of every absolute import in ``source``."""
+    """The (line, layer or top-level package) of every absolute import in ``source``."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+            found += [(node.lineno, layer(alias.name)) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module.split(".")[0]))
-    return found
+            found += [(node.lineno, layer(node.module, (alias.name,))) for alias in node.names]
+    return sorted(set(found))
 
 
 def violations(package: str, sources: dict[str, str]) -> list[str]:
@@ -49,8 +61,8 @@ def violations(package: str, sources: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_only_the_layers_below(package: str) -> None:
-    files = sorted((ROOT / package).rglob("*.py"))
-    assert files, f"no sources under {package}/"
+    files = sorted((PACKAGE / package).rglob("*.py"))
+    assert files, f"no sources under dragoman/{package}/"
     sources = {str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in files}
     assert violations(package, sources) == []
 
@@ -58,11 +70,11 @@ def test_package_imports_only_the_layers_below(package: str) -> None:
 @pytest.mark.parametrize(
     ("package", "source", "expected"),
     [
-        ("adapters", "from backends.base import Capabilities\n", ["probe.py:1 imports backends"]),
-        ("adapters", "def f():\n    import proxy.app\n", ["probe.py:2 imports proxy"]),
+        ("adapters", "from dragoman.backends.base import Capabilities\n", ["probe.py:1 imports backends"]),
+        ("adapters", "def f():\n    import dragoman.proxy.app\n", ["probe.py:2 imports proxy"]),
         ("backends", "import msgspec\nfrom litestar import Litestar\n", ["probe.py:2 imports litestar"]),
-        ("config", "from backends import registry\n", ["probe.py:1 imports backends"]),
-        ("backends", "from adapters.canonical import Event\nfrom config import ModelRoute\n", []),
+        ("config", "from dragoman import backends\n", ["probe.py:1 imports backends"]),
+        ("backends", "from dragoman.adapters.canonical import Event\nfrom dragoman.config import ModelRoute\n", []),
         ("adapters", "from .canonical import Event\nimport msgspec\n", []),
     ],
 )
@@ -76,11 +88,11 @@ def test_the_check_names_an_upward_import(package: str, source: str, expected: l
 # import is deferred into a function to dodge the ImportError; so every import counts,
 # lazy ones too, but only those between this project's own modules.
 
-PROJECT = tuple(ALLOWED)
+PROJECT = "dragoman"
 
 
 def module_name(path: Path, root: Path) -> str:
-    """``backends/onnx/backend.py`` → ``backends.onnx.backend`` (a package is its ``__init__``)."""
+    """``dragoman/backends/onnx/backend.py`` → ``dragoman.backends.onnx.backend`` (a package is its ``__init__``)."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -105,7 +117,7 @@ def imported_modules(name: str, is_package: bool, source: str, known: set[str]) 
             # ``import a.b.c`` names a module that may be a package; keep the longest known prefix.
             while target and target not in known:
                 target = target.rpartition(".")[0]
-            if target and target != name and target.split(".")[0] in PROJECT:
+            if target and target != name and target.split(".")[0] == PROJECT:
                 found.add(target)
     return found
 
@@ -142,15 +154,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def project_sources() -> dict[str, tuple[bool, str]]:
     return {
         module_name(path, ROOT): (path.name == "__init__.py", path.read_text(encoding="utf-8"))
-        for package in PROJECT
-        for path in sorted((ROOT / package).rglob("*.py"))
+        for path in sorted(PACKAGE.rglob("*.py"))
     }
 
 
 # Cycles issue 25 names that are not broken yet: each edge listed is left out of the graph
 # so the check guards against new ones meanwhile; the list only shrinks.
 NOT_YET_BROKEN = {
-    ("backends.upstream.embedding", "backends.upstream.backend"),
+    ("dragoman.backends.upstream.embedding", "dragoman.backends.upstream.backend"),
 }
 
 
@@ -168,14 +179,47 @@ def test_no_import_cycle_between_files() -> None:
 @pytest.mark.parametrize(
     ("sources", "expected"),
     [
-        ({"backends.a": (False, "from backends import b\n"), "backends.b": (False, "def f():\n    from .a import x\n")},
-         ["backends.a", "backends.b", "backends.a"]),
-        ({"proxy.cli": (False, "from proxy import workers\n"), "proxy.workers": (False, "import config\n"), "config": (True, "")},
+        ({"dragoman.backends.a": (False, "from dragoman.backends import b\n"), "dragoman.backends.b": (False, "def f():\n    from .a import x\n")},
+         ["dragoman.backends.a", "dragoman.backends.b", "dragoman.backends.a"]),
+        ({"dragoman.proxy.cli": (False, "from dragoman.proxy import workers\n"), "dragoman.proxy.workers": (False, "from dragoman import config\n"), "dragoman.config": (True, "")},
          None),
-        ({"backends.p": (True, "from .q import y\n"), "backends.p.q": (False, "from .. import p\n")},
-         ["backends.p", "backends.p.q", "backends.p"]),
+        ({"dragoman.backends.p": (True, "from .q import y\n"), "dragoman.backends.p.q": (False, "from .. import p\n")},
+         ["dragoman.backends.p", "dragoman.backends.p.q", "dragoman.backends.p"]),
     ],
 )
 def test_the_cycle_check_follows_relative_and_lazy_imports(sources: dict[str, tuple[bool, str]], expected: list[str] | None) -> None:
     """The check itself can fail: a cycle closed by a relative, function-level import is named."""
     assert find_cycle(import_graph(sources)) == expected
+
+
+# ---- one installed name ------------------------------------------------------------
+# pip installs dragoman alone (pyproject.toml); a bare ``import proxy`` or ``config`` would
+# find PyPI's packages of those names, or nothing, once installed.
+
+OLD_NAMES = frozenset({"proxy", "adapters", "backends", "config"})
+
+
+def bare_imports(sources: dict[str, str]) -> list[str]:
+    """Each absolute import in ``sources`` of a layer by its old top-level name."""
+    found = []
+    for name, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            found += [f"{name}:{node.lineno} imports {top}" for top in tops if top in OLD_NAMES]
+    return sorted(found)
+
+
+def test_nothing_imports_the_layers_by_their_bare_names() -> None:
+    files = [p for folder in ("dragoman", "tests", "bench") for p in sorted((ROOT / folder).rglob("*.py"))]
+    sources = {str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in files}
+    assert bare_imports(sources) == []
+
+
+def test_the_bare_name_check_can_fail() -> None:
+    assert bare_imports({"probe.py": "import config\nfrom proxy.app import x\nfrom dragoman import backends\n"}) == [
+        "probe.py:1 imports config", "probe.py:2 imports proxy"]

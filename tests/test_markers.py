@@ -25,7 +25,7 @@ from tests.support.stand_ins import reset_all, reset_between_tests
         ("tests.adapters.test_openai_completions", False),  # only TRANSCRIPTS from replay.py
         ("tests.upstream.test_settings", False),  # only config_from_yaml from server.py
         ("tests.support.scripted", False),
-        ("adapters.canonical", False),  # product code is judged by what tests do with it
+        ("dragoman.adapters.canonical", False),  # product code is judged by what tests do with it
     ],
 )
 def test_heavy_modules_are_the_ones_that_start_something(module: str, heavy: bool) -> None:

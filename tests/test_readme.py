@@ -38,8 +38,8 @@ def test_readme_is_read_in_five_minutes() -> None:
 
 def test_config_reference_decodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The documented config is a real one: every key in it exists."""
-    from backends.registry import settings_type
-    from config import parse_config
+    from dragoman.backends.registry import settings_type
+    from dragoman.config import parse_config
 
     text = (ROOT / "docs" / "configuration.md").read_text()
     section = text.split("## Configuration reference", 1)[1]
@@ -53,8 +53,8 @@ def test_config_reference_decodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_every_whole_config_in_the_docs_decodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from backends.registry import settings_type
-    from config import parse_config
+    from dragoman.backends.registry import settings_type
+    from dragoman.config import parse_config
 
     monkeypatch.setenv("UPSTREAM_KEY", "secret")
     (tmp_path / "keys.txt").write_text("k1\n")

@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.workers import balances_by_port, bind_sockets, local_model_entries, process_count, startup_note, url_host
+from dragoman.proxy.workers import balances_by_port, bind_sockets, local_model_entries, process_count, startup_note, url_host
 from tests.support.replay import Reply, replay_server
 from tests.support.server import config_from_yaml, free_port
 
@@ -54,7 +54,7 @@ def test_local_entries_and_the_start_up_note() -> None:
 
 
 def test_workers_must_be_positive() -> None:
-    from config import ConfigError
+    from dragoman.config import ConfigError
 
     with pytest.raises(ConfigError, match="workers"):
         config_from_yaml("server: {workers: 0}\nmodels: []\n")
@@ -87,7 +87,7 @@ def test_the_address_is_shown_as_a_url_writes_it(host: str, shown: str) -> None:
 
 
 def test_one_socket_shared_where_the_kernel_does_not_balance(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("proxy.workers.balances_by_port", lambda: False)
+    monkeypatch.setattr("dragoman.proxy.workers.balances_by_port", lambda: False)
     sockets = bind_sockets("127.0.0.1", 0, 2)
     try:
         assert sockets[0] is sockets[1]
@@ -123,7 +123,7 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
                           + "".join(f"  - {{name: {name}, backend: openai, base_url: '{upstream.url}/v1'}}\n" for name in script))
         port = free_port()
         server = subprocess.Popen(
-            [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)],
+            [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", str(port)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"

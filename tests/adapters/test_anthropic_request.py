@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.anthropic import count_request, remote_image_urls, think_level_for_budget, to_canonical, wire
-from adapters.canonical import ChatRequest, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolChoice
-from adapters.errors import RequestError, UnsupportedFeature
+from dragoman.adapters.anthropic import count_request, remote_image_urls, think_level_for_budget, to_canonical, wire
+from dragoman.adapters.canonical import ChatRequest, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolChoice
+from dragoman.adapters.errors import RequestError, UnsupportedFeature
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
 PNG_B64 = base64.b64encode(PNG).decode()

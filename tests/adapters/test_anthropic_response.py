@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from adapters.aggregate import ChatResult, ResultBuilder
-from adapters.anthropic import StreamEncoder, render_error, render_response, status_for
-from adapters.anthropic.ids import is_own_signature, thinking_signature
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ChatResult, ResultBuilder
+from dragoman.adapters.anthropic import StreamEncoder, render_error, render_response, status_for
+from dragoman.adapters.anthropic.ids import is_own_signature, thinking_signature
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Event,
@@ -25,7 +25,7 @@ from adapters.canonical import (
     ToolCallFragment,
     Usage,
 )
-from adapters.errors import BackendError, BackendTimeout, ContextTooLong, DragomanError, ModelNotFound, Overloaded, RequestError
+from dragoman.adapters.errors import BackendError, BackendTimeout, ContextTooLong, DragomanError, ModelNotFound, Overloaded, RequestError
 from tests.support.sse import named_events
 
 USAGE = Usage(prompt_tokens=7, completion_tokens=3)

@@ -9,11 +9,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.aggregate import ResultBuilder
-from adapters.anthropic.ids import thinking_signature
-from adapters.anthropic.upstream_reply import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
-from adapters.anthropic.upstream_request import to_upstream
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ResultBuilder
+from dragoman.adapters.anthropic.ids import thinking_signature
+from dragoman.adapters.anthropic.upstream_reply import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
+from dragoman.adapters.anthropic.upstream_request import to_upstream
+from dragoman.adapters.canonical import (
     ChatRequest,
     ContentDelta,
     ErrorEvent,
@@ -32,7 +32,7 @@ from adapters.canonical import (
     ToolChoice,
     Usage,
 )
-from adapters.errors import Overloaded, RequestError
+from dragoman.adapters.errors import Overloaded, RequestError
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "upstream" / "transcripts" / "anthropic"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(8)

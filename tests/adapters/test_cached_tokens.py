@@ -16,12 +16,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters import anthropic, ollama, openai, responses
-from adapters.aggregate import ChatResult
-from adapters.anthropic import upstream_reply as anthropic_upstream
-from adapters.canonical import ContentDelta, Event, Finish, RoleStart, Usage
-from adapters.openai import completions
-from adapters.responses import upstream_reply as responses_upstream
+from dragoman.adapters import anthropic, ollama, openai, responses
+from dragoman.adapters.aggregate import ChatResult
+from dragoman.adapters.anthropic import upstream_reply as anthropic_upstream
+from dragoman.adapters.canonical import ContentDelta, Event, Finish, RoleStart, Usage
+from dragoman.adapters.openai import completions
+from dragoman.adapters.responses import upstream_reply as responses_upstream
 from tests.support.sse import named_events
 
 HIT = Usage(prompt_tokens=40, completion_tokens=3, cached_tokens=32)

@@ -9,11 +9,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from adapters.canonical import EmbedRequest, EmbedResult
-from adapters.embeddings import shape_vectors
-from adapters.errors import BackendError, RequestError
-from adapters.ollama import embed as ol
-from adapters.openai import embed as oa
+from dragoman.adapters.canonical import EmbedRequest, EmbedResult
+from dragoman.adapters.embeddings import shape_vectors
+from dragoman.adapters.errors import BackendError, RequestError
+from dragoman.adapters.ollama import embed as ol
+from dragoman.adapters.openai import embed as oa
 
 V = np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 2.0]], dtype=np.float32)
 

@@ -1,11 +1,11 @@
-"""Fragments opened once a call's name is known (adapters/fragments.py)."""
+"""Fragments opened once a call's name is known (dragoman/adapters/fragments.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.canonical import ToolCallFragment as F
-from adapters.fragments import CallOpened, FragmentOpener, MoreArguments, Step
+from dragoman.adapters.canonical import ToolCallFragment as F
+from dragoman.adapters.fragments import CallOpened, FragmentOpener, MoreArguments, Step
 
 CASES: list[tuple[str, list[F], list[Step]]] = [
     ("named first", [F(0, '{"a"', id="c", name="f"), F(0, ": 1}")],

@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.aggregate import ChatResult, aggregate
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ChatResult, aggregate
+from dragoman.adapters.canonical import (
     CompletionRequest,
     ContentDelta,
     ErrorEvent,
@@ -29,8 +29,8 @@ from adapters.canonical import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import RequestError, UnsupportedFeature
-from adapters.ollama import generate, parse_upstream_response, wire
+from dragoman.adapters.errors import RequestError, UnsupportedFeature
+from dragoman.adapters.ollama import generate, parse_upstream_response, wire
 from tests.support.replay import TRANSCRIPTS
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16

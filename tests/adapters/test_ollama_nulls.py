@@ -14,10 +14,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.ollama import embed, generate, to_canonical, wire
-from proxy.model_admin_routes import PullRequest
-from proxy.ollama_routes import ShowRequest
-from proxy.strict_body import decode_body
+from dragoman.adapters.ollama import embed, generate, to_canonical, wire
+from dragoman.proxy.model_admin_routes import PullRequest
+from dragoman.proxy.ollama_routes import ShowRequest
+from dragoman.proxy.strict_body import decode_body
 
 USER = {"role": "user", "content": "hi"}
 CHAT = {"model": "m", "messages": [USER]}
@@ -121,7 +121,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("type_", "body", "field"), REFUSED, ids=[f for _, _, f in REFUSED])
 def test_wrong_types_and_null_required_fields_are_still_refused(type_: Any, body: dict[str, Any], field: str) -> None:
-    from adapters.errors import RequestError
+    from dragoman.adapters.errors import RequestError
 
     with pytest.raises(RequestError) as refused:
         _decode(type_, body)

@@ -9,10 +9,10 @@ import msgspec
 import pytest
 import yaml
 
-from adapters.canonical import ImagePart, ResponseFormat, SamplingOptions, TextPart, Tool, ToolCall, ToolChoice
-from adapters.errors import RequestError
-from adapters.images import decode_base64_image, sniff_image_mime
-from adapters.ollama import ChatRequest, parse_keep_alive, to_canonical, wire
+from dragoman.adapters.canonical import ImagePart, ResponseFormat, SamplingOptions, TextPart, Tool, ToolCall, ToolChoice
+from dragoman.adapters.errors import RequestError
+from dragoman.adapters.images import decode_base64_image, sniff_image_mime
+from dragoman.adapters.ollama import ChatRequest, parse_keep_alive, to_canonical, wire
 from tests.support.seed_spec import SEED_SPEC
 
 SPEC = SEED_SPEC

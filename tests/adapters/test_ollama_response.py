@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.aggregate import ResultBuilder
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ResultBuilder
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Event,
@@ -26,8 +26,8 @@ from adapters.canonical import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import BackendError, ModelNotFound
-from adapters.ollama import StreamEncoder, created_at, render_error, render_load_response, render_response
+from dragoman.adapters.errors import BackendError, ModelNotFound
+from dragoman.adapters.ollama import StreamEncoder, created_at, render_error, render_load_response, render_response
 
 RFC3339_NANO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z")
 FINISH = Finish(

@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.aggregate import ResultBuilder
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ResultBuilder
+from dragoman.adapters.canonical import (
     ChatRequest,
     ContentDelta,
     ErrorEvent,
@@ -31,8 +31,8 @@ from adapters.canonical import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import RequestError, UpstreamError
-from adapters.ollama import (
+from dragoman.adapters.errors import RequestError, UpstreamError
+from dragoman.adapters.ollama import (
     StreamEncoder,
     UpstreamStreamDecoder,
     parse_upstream_error,

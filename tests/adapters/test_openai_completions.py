@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.aggregate import ChatResult
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ChatResult
+from dragoman.adapters.canonical import (
     CompletionRequest,
     ContentDelta,
     ErrorEvent,
@@ -25,9 +25,9 @@ from adapters.canonical import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import RequestError, UnsupportedFeature
-from adapters.openai import UpstreamStreamDecoder, completion_to_upstream, completions, parse_upstream_response
-from adapters.openai.completion_wire import CompletionRequest as WireRequest
+from dragoman.adapters.errors import RequestError, UnsupportedFeature
+from dragoman.adapters.openai import UpstreamStreamDecoder, completion_to_upstream, completions, parse_upstream_response
+from dragoman.adapters.openai.completion_wire import CompletionRequest as WireRequest
 from tests.support.replay import TRANSCRIPTS
 
 

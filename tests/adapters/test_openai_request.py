@@ -9,10 +9,10 @@ import msgspec
 import pytest
 import yaml
 
-from adapters.canonical import ChatRequest, ImagePart, ResponseFormat, TextPart, ToolCall, ToolChoice
-from adapters.errors import RequestError, UnsupportedFeature
-from adapters.openai import wire
-from adapters.openai.convert import to_canonical
+from dragoman.adapters.canonical import ChatRequest, ImagePart, ResponseFormat, TextPart, ToolCall, ToolChoice
+from dragoman.adapters.errors import RequestError, UnsupportedFeature
+from dragoman.adapters.openai import wire
+from dragoman.adapters.openai.convert import to_canonical
 from tests.support.seed_spec import SEED_SPEC
 
 SPEC = SEED_SPEC

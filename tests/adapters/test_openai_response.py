@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.aggregate import ChatResult, ResultBuilder
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ChatResult, ResultBuilder
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Event,
@@ -25,8 +25,8 @@ from adapters.canonical import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import BackendError, DragomanError, ModelNotFound, Overloaded, RequestError
-from adapters.openai import StreamEncoder, render_error, render_response
+from dragoman.adapters.errors import BackendError, DragomanError, ModelNotFound, Overloaded, RequestError
+from dragoman.adapters.openai import StreamEncoder, render_error, render_response
 
 ID_PATTERN = re.compile(r"chatcmpl-[0-9a-f]{24}")
 USAGE = Usage(prompt_tokens=7, completion_tokens=3)

@@ -8,8 +8,8 @@ from typing import Any, Callable
 import msgspec
 import pytest
 
-from adapters.aggregate import ResultBuilder
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ResultBuilder
+from dragoman.adapters.canonical import (
     ChatRequest,
     ContentDelta,
     ErrorEvent,
@@ -32,8 +32,8 @@ from adapters.canonical import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import DragomanError, Overloaded, RequestError, UpstreamError
-from adapters.openai import (
+from dragoman.adapters.errors import DragomanError, Overloaded, RequestError, UpstreamError
+from dragoman.adapters.openai import (
     ChatCompletionRequest,
     UpstreamStreamDecoder,
     parse_upstream_error,

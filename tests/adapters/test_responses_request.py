@@ -10,10 +10,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.canonical import ChatRequest, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolChoice
-from adapters.errors import RequestError, UnsupportedFeature
-from adapters.responses import builtin_tools, decode_items, output_items, stored_item, to_canonical, wire
-from adapters.responses.ids import decode_reasoning, encode_reasoning
+from dragoman.adapters.canonical import ChatRequest, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolChoice
+from dragoman.adapters.errors import RequestError, UnsupportedFeature
+from dragoman.adapters.responses import builtin_tools, decode_items, output_items, stored_item, to_canonical, wire
+from dragoman.adapters.responses.ids import decode_reasoning, encode_reasoning
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
 PNG_URI = "data:image/png;base64," + base64.b64encode(PNG).decode()

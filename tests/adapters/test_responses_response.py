@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.aggregate import ChatResult, ResultBuilder
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ChatResult, ResultBuilder
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Event,
@@ -22,9 +22,9 @@ from adapters.canonical import (
     ToolCallFragment,
     Usage,
 )
-from adapters.errors import BackendError, ContextTooLong, Overloaded
-from adapters.responses import StreamEncoder, build_response, encode_response, error_code, meta_for, wire
-from adapters.responses.ids import encode_reasoning
+from dragoman.adapters.errors import BackendError, ContextTooLong, Overloaded
+from dragoman.adapters.responses import StreamEncoder, build_response, encode_response, error_code, meta_for, wire
+from dragoman.adapters.responses.ids import encode_reasoning
 from tests.support.sse import named_events
 
 USAGE = Usage(prompt_tokens=7, completion_tokens=3)

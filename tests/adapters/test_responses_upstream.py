@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from adapters.aggregate import ResultBuilder
-from adapters.canonical import (
+from dragoman.adapters.aggregate import ResultBuilder
+from dragoman.adapters.canonical import (
     ChatRequest,
     ErrorEvent,
     Event,
@@ -24,9 +24,9 @@ from adapters.canonical import (
     ToolChoice,
     Usage,
 )
-from adapters.errors import UnsupportedFeature
-from adapters.responses.upstream_reply import UpstreamStreamDecoder, parse_upstream_response
-from adapters.responses.upstream_request import to_upstream
+from dragoman.adapters.errors import UnsupportedFeature
+from dragoman.adapters.responses.upstream_reply import UpstreamStreamDecoder, parse_upstream_response
+from dragoman.adapters.responses.upstream_request import to_upstream
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "upstream" / "transcripts" / "responses"
 TOOL = Tool(name="f", description="d", parameters={"type": "object"})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters.schema_budget import SchemaBudget, SchemaTooComplex, check_schemas
+from dragoman.adapters.schema_budget import SchemaBudget, SchemaTooComplex, check_schemas
 
 BUDGET = SchemaBudget()
 

@@ -11,15 +11,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters import ollama, openai, responses
-from adapters.anthropic import upstream_reply as anthropic
-from adapters.canonical import ErrorEvent, Event
-from adapters.errors import DragomanError, RequestError
-from adapters.ollama.embed import parse_upstream_embed
-from adapters.openai.embed import parse_upstream_embeddings
-from adapters.responses import upstream_reply as responses_upstream
-from adapters.responses import wire as responses_wire
-from adapters.upstream_json import Unreadable, read_json, sse_data
+from dragoman.adapters import ollama, openai, responses
+from dragoman.adapters.anthropic import upstream_reply as anthropic
+from dragoman.adapters.canonical import ErrorEvent, Event
+from dragoman.adapters.errors import DragomanError, RequestError
+from dragoman.adapters.ollama.embed import parse_upstream_embed
+from dragoman.adapters.openai.embed import parse_upstream_embeddings
+from dragoman.adapters.responses import upstream_reply as responses_upstream
+from dragoman.adapters.responses import wire as responses_wire
+from dragoman.adapters.upstream_json import Unreadable, read_json, sse_data
 
 DEEP = b"[" * 5000 + b"]" * 5000
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from adapters.errors import Overloaded
-from backends.admission import Admission
+from dragoman.adapters.errors import Overloaded
+from dragoman.backends.admission import Admission
 
 
 async def test_admission_runs_queues_then_refuses() -> None:

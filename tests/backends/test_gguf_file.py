@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.gguf_file import Field, GgufError, TensorData, TensorInfo, ValueType, read_gguf, write_gguf
+from dragoman.backends.gguf_file import Field, GgufError, TensorData, TensorInfo, ValueType, read_gguf, write_gguf
 
 V = ValueType
 FIELDS = [

@@ -6,9 +6,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from backends import registry
-from backends.upstream import AnthropicBackend, OllamaBackend, OpenAIBackend, UpstreamSettings
-from backends.upstream.settings import AnthropicSettings, OpenAISettings
+from dragoman.backends import registry
+from dragoman.backends.upstream import AnthropicBackend, OllamaBackend, OpenAIBackend, UpstreamSettings
+from dragoman.backends.upstream.settings import AnthropicSettings, OpenAISettings
 
 
 def test_builtin_names() -> None:
@@ -42,7 +42,7 @@ def test_unknown_name_lists_known_backends() -> None:
 
 
 def test_unimportable_backend_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registry.BUILTIN_BACKENDS, "ctransformers", "backends.not_there:Nothing")
+    monkeypatch.setitem(registry.BUILTIN_BACKENDS, "ctransformers", "dragoman.backends.not_there:Nothing")
     with pytest.raises(registry.BackendUnavailable, match=r"pip install 'dragoman\[ctransformers\]'"):
         registry.backend_class("ctransformers")
     with pytest.raises(KeyError, match="cannot be imported"):

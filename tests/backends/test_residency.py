@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from adapters.errors import Overloaded
-from backends.residency import Residency, expiry_time, keep_alive_for
+from dragoman.adapters.errors import Overloaded
+from dragoman.backends.residency import Residency, expiry_time, keep_alive_for
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from config import ConfigError, parse_config, resolve, routing_table
-from config.loader import DEFAULT_CONFIG, load_config
+from dragoman.config import ConfigError, parse_config, resolve, routing_table
+from dragoman.config.loader import DEFAULT_CONFIG, load_config
 
 
 class PathSettings(msgspec.Struct, forbid_unknown_fields=True):
@@ -220,7 +220,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_builtin_default_config_serves_smollm2() -> None:
-    from backends.registry import settings_type
+    from dragoman.backends.registry import settings_type
 
     config = load_config(None, settings_type)
     assert config.source == str(DEFAULT_CONFIG)
@@ -228,7 +228,7 @@ def test_builtin_default_config_serves_smollm2() -> None:
 
 
 def test_image_fetch_bounds_are_checked() -> None:
-    from backends.registry import settings_type
+    from dragoman.backends.registry import settings_type
 
     with pytest.raises(ConfigError, match=r"server.image_fetch: 'max_concurrent' and 'max_bytes' must be at least 1"):
         parse_config("server:\n  image_fetch: {enabled: true, max_concurrent: 0}\nmodels: []\n", "c.yaml", settings_type)

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import ChatRequest, Event, Message, SamplingOptions, TextPart
-from backends.ctransformers import CTransformersBackend, CTransformersSettings
-from backends.ctransformers.convert import prepare_smollm2
-from backends.onnx.prepare import find_gguf
-from config.schema import ModelConfig, ModelRoute
+from dragoman.adapters.canonical import ChatRequest, Event, Message, SamplingOptions, TextPart
+from dragoman.backends.ctransformers import CTransformersBackend, CTransformersSettings
+from dragoman.backends.ctransformers.convert import prepare_smollm2
+from dragoman.backends.onnx.prepare import find_gguf
+from dragoman.config.schema import ModelConfig, ModelRoute
 
 TEST_HOME = Path(__file__).resolve().parents[2] / ".dragoman-test-home"
 MODEL_NAME = "smollm2-ct"

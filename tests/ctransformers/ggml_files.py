@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.gguf_file import Field, TensorData, TensorInfo, ValueType, write_gguf
+from dragoman.backends.gguf_file import Field, TensorData, TensorInfo, ValueType, write_gguf
 
 GGML_MAGIC = 0x67676D6C  # 'ggml'
 END_OF_TEXT = "<|endoftext|>"

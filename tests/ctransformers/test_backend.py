@@ -10,12 +10,12 @@ import msgspec
 import pytest
 import pytest_asyncio
 
-from adapters.canonical import ChatRequest, CompletionRequest, ContentDelta, Event, Finish, RoleStart, SamplingOptions
-from adapters.errors import BackendError, ContextTooLong, Overloaded, UnsupportedFeature
-from backends.base import Backend
-from backends.ctransformers import CTransformersBackend
-from backends.ctransformers.prompt import pieces_of
-from backends.text.segments import prompt_text
+from dragoman.adapters.canonical import ChatRequest, CompletionRequest, ContentDelta, Event, Finish, RoleStart, SamplingOptions
+from dragoman.adapters.errors import BackendError, ContextTooLong, Overloaded, UnsupportedFeature
+from dragoman.backends.base import Backend
+from dragoman.backends.ctransformers import CTransformersBackend
+from dragoman.backends.ctransformers.prompt import pieces_of
+from dragoman.backends.text.segments import prompt_text
 from tests.ctransformers.conftest import EXACT, ask, collect, needs_library
 from tests.ctransformers.ggml_files import write_gpt2_ggml
 

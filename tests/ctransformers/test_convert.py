@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.ctransformers.convert import ConversionError, convert_gguf, decode_token, legacy_merge, main
-from backends.ctransformers.formats import inspect_model_file
-from backends.gguf_file import read_gguf
+from dragoman.backends.ctransformers.convert import ConversionError, convert_gguf, decode_token, legacy_merge, main
+from dragoman.backends.ctransformers.formats import inspect_model_file
+from dragoman.backends.gguf_file import read_gguf
 from tests.ctransformers.conftest import needs_library
 from tests.ctransformers.ggml_files import llama_gguf_parts, write_gguf_file
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.ctransformers.formats import UnsupportedModelFile, inspect_model_file
-from backends.gguf_file import Field, TensorInfo, ValueType
-from config import ConfigError
+from dragoman.backends.ctransformers.formats import UnsupportedModelFile, inspect_model_file
+from dragoman.backends.gguf_file import Field, TensorInfo, ValueType
+from dragoman.config import ConfigError
 from tests.ctransformers.conftest import needs_library
 from tests.ctransformers.ggml_files import BPE_VOCAB, llama_gguf_parts, write_gguf_file, write_gpt2_ggml
 from tests.support.server import config_from_yaml
@@ -112,7 +112,7 @@ def test_gguf_flaws_are_refused_with_the_reason(
         inspect_model_file(path, None)
     message = str(caught.value)
     assert reason in message
-    assert ("backends.ctransformers.convert" in message) == convertible
+    assert ("dragoman.backends.ctransformers.convert" in message) == convertible
     assert "backend: ollama" in message and "dragoman models prepare" in message
 
 
@@ -205,7 +205,7 @@ def test_config_check_refuses_a_modern_gguf(smollm2_source: Path) -> None:
         config_from_yaml(entry(smollm2_source))
     message = str(caught.value)
     assert "models[0]" in message and "byte-level encoded" in message
-    assert "python -m backends.ctransformers.convert" in message and "backend: ollama" in message
+    assert "python -m dragoman.backends.ctransformers.convert" in message and "backend: ollama" in message
 
 
 CONFIG_CASES = [
@@ -232,7 +232,7 @@ def test_config_check_accepts_a_missing_file_and_good_ones(tmp_path: Path, smoll
 def test_settings_need_no_library(tmp_path: Path) -> None:
     """Importing the package must not import ctransformers (the extra is optional)."""
     code = (
-        "import sys, backends.ctransformers as b; b.CTransformersSettings(path='x'); "
+        "import sys, dragoman.backends.ctransformers as b; b.CTransformersSettings(path='x'); "
         "print('ctransformers' in sys.modules)"
     )
     out = subprocess.run(

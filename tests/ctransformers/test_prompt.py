@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.canonical import Message, TextPart
-from adapters.errors import RequestError
-from backends.ctransformers.prompt import Preset, choose_preset, render_preset, split_special
+from dragoman.adapters.canonical import Message, TextPart
+from dragoman.adapters.errors import RequestError
+from dragoman.backends.ctransformers.prompt import Preset, choose_preset, render_preset, split_special
 
 
 def m(role: str, text: str) -> Message:

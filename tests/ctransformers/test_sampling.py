@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters.canonical import SamplingOptions
-from adapters.errors import RequestError, UnsupportedFeature
-from backends.ctransformers.sampling import SamplePlan, edit_logits, plan_sampling, sample_arguments
+from dragoman.adapters.canonical import SamplingOptions
+from dragoman.adapters.errors import RequestError, UnsupportedFeature
+from dragoman.backends.ctransformers.sampling import SamplePlan, edit_logits, plan_sampling, sample_arguments
 
 VOCAB = 1000
 

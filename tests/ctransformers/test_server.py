@@ -14,9 +14,9 @@ import ollama
 import openai
 import pytest
 
-from backends.ctransformers import CTransformersBackend
-from config.schema import ModelRoute
-from proxy.models import build_backend
+from dragoman.backends.ctransformers import CTransformersBackend
+from dragoman.config.schema import ModelRoute
+from dragoman.proxy.models import build_backend
 from tests.ctransformers.conftest import needs_library
 from tests.support.server import RunningServer, config_from_yaml, serve
 from tests.support.sse import named_events

@@ -1,4 +1,4 @@
-"""dragoman as a child process (``python -m proxy.cli serve``), for tests that must kill
+"""dragoman as a child process (``python -m dragoman.proxy.cli serve``), for tests that must kill
 a server outright, which a server in a thread of the test process cannot be."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def dragoman_process(config: str, port: int, workdir: Path) -> Iterator[ServerPr
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config_file), "--port", str(port)],
+            [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config_file), "--port", str(port)],
             cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
         )
     server = ServerProcess(process, port, log)

@@ -19,7 +19,7 @@ import msgspec
 import msgspec.inspect as mi
 from hypothesis import strategies as st
 
-from adapters.canonical import (
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Event,

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters import ollama, openai
-from adapters.canonical import SamplingOptions
-from adapters.errors import RequestError
+from dragoman.adapters import ollama, openai
+from dragoman.adapters.canonical import SamplingOptions
+from dragoman.adapters.errors import RequestError
 from tests.fuzz.replies import check_ollama_reply, check_openai_reply
 from tests.fuzz.strategies import bodies, json_values, served_bodies
 from tests.support.scripted import ScriptedBackend
@@ -115,7 +115,7 @@ def test_decoders_refuse_cleanly_and_accept_only_what_backends_take(dialect: str
         # An upstream of either dialect accepts what the client got accepted, so a request
         # means the same whichever backend answers it.
         ollama.to_canonical(msgspec.json.decode(ollama.to_upstream(request, "m"), type=ollama.ChatRequest))
-        # An Ollama request without messages is a load (proxy/ollama_routes.py), never sent
+        # An Ollama request without messages is a load (dragoman/proxy/ollama_routes.py), never sent
         # as a chat; OpenAI refuses an empty conversation.
         if request.messages and not beyond_openai_penalties(request.options) and not beyond_openai_roles(request):
             sent, _ = openai.to_upstream(request, "m", extra_options=True)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters import ollama, openai
-from adapters.canonical import (
+from dragoman.adapters import ollama, openai
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Event,
@@ -30,8 +30,8 @@ from adapters.canonical import (
     ToolCallFragment,
     TopLogprob,
 )
-from adapters.ollama.wire import UpstreamChatResponse
-from adapters.openai.wire import UpstreamReply
+from dragoman.adapters.ollama.wire import UpstreamChatResponse
+from dragoman.adapters.openai.wire import UpstreamReply
 from tests.fuzz.frames import ndjson_lines, sse_payloads
 from tests.fuzz.strategies import any_events, json_values, replies, shaped, texts
 

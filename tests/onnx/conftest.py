@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from adapters.canonical import ChatRequest, Event, Message, SamplingOptions, TextPart
-from backends.onnx import OnnxBackend
-from config.schema import ModelConfig, ModelRoute
+from dragoman.adapters.canonical import ChatRequest, Event, Message, SamplingOptions, TextPart
+from dragoman.backends.onnx import OnnxBackend
+from dragoman.config.schema import ModelConfig, ModelRoute
 
 MODEL_NAME = "smollm2:135m"
 

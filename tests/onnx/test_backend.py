@@ -13,7 +13,7 @@ import jsonschema
 import msgspec
 import pytest
 
-from adapters.canonical import (
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Finish,
@@ -24,14 +24,14 @@ from adapters.canonical import (
     ToolCallDone,
     ToolChoice,
 )
-from adapters.errors import BackendError, ContextTooLong, Overloaded, RequestError
-from backends.base import Backend
-from backends.onnx import OnnxBackend
-from backends.onnx.prompts import stops as _stops
-from backends.onnx.prepare import prepare_in_subprocess
-from backends.onnx.protocol import RUN_AHEAD
-from backends.text.output_parsers import CALL_CLOSE
-from config.schema import ModelConfig, ModelRoute
+from dragoman.adapters.errors import BackendError, ContextTooLong, Overloaded, RequestError
+from dragoman.backends.base import Backend
+from dragoman.backends.onnx import OnnxBackend
+from dragoman.backends.onnx.prompts import stops as _stops
+from dragoman.backends.onnx.prepare import prepare_in_subprocess
+from dragoman.backends.onnx.protocol import RUN_AHEAD
+from dragoman.backends.text.output_parsers import CALL_CLOSE
+from dragoman.config.schema import ModelConfig, ModelRoute
 from tests.onnx.conftest import MODEL_NAME, ask, collect
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 import pytest_asyncio
 
-from adapters.canonical import (
+from dragoman.adapters.canonical import (
     ChatRequest,
     CompletionRequest,
     ContentDelta,
@@ -28,7 +28,7 @@ from adapters.canonical import (
     ToolCallDone,
     ToolChoice,
 )
-from backends.onnx import OnnxBackend
+from dragoman.backends.onnx import OnnxBackend
 from tests.onnx.conftest import MODEL_NAME, collect
 from tests.support.greedy import TIE_GAP, Step, agreed
 

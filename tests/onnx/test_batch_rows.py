@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from backends.onnx.batch import MAX_CHUNK, PARK_AFTER, BatchEngine
-from backends.onnx.decoder import Decoder
-from backends.onnx.prefix_cache import PrefixCache
-from backends.onnx.prompt_tokens import PromptTokenizer
-from backends.onnx.protocol import RUN_AHEAD, Done, Start, Tokens
-from backends.onnx.sampler import Sampler
-from backends.onnx.sequence import Sequence
-from backends.text.segments import Segment
+from dragoman.backends.onnx.batch import MAX_CHUNK, PARK_AFTER, BatchEngine
+from dragoman.backends.onnx.decoder import Decoder
+from dragoman.backends.onnx.prefix_cache import PrefixCache
+from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
+from dragoman.backends.onnx.protocol import RUN_AHEAD, Done, Start, Tokens
+from dragoman.backends.onnx.sampler import Sampler
+from dragoman.backends.onnx.sequence import Sequence
+from dragoman.backends.text.segments import Segment
 from tests.support.greedy import Step, agreed
 
 og = pytest.importorskip("onnxruntime_genai", reason="the cpu extra installs onnxruntime-genai")

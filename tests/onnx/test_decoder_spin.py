@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapters.canonical import ContentDelta
-from backends.onnx import OnnxBackend
-from backends.onnx import decoder as decoder_module
-from backends.onnx.decoder import Decoder
-from backends.onnx.settings import OnnxSettings
+from dragoman.adapters.canonical import ContentDelta
+from dragoman.backends.onnx import OnnxBackend
+from dragoman.backends.onnx import decoder as decoder_module
+from dragoman.backends.onnx.decoder import Decoder
+from dragoman.backends.onnx.settings import OnnxSettings
 from tests.onnx.conftest import MODEL_NAME, ask, collect
 
 @pytest.mark.parametrize(("spin", "allowed", "stop"), [(False, "0", None), (True, "1", "1")])

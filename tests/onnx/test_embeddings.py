@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.onnx.embedding_batches import BatchQueue
-from backends.onnx.embedding_files import graph_outputs, has_hidden_states, read_facts
-from backends.onnx.embedding_prepare import MARKER, TOLERANCE, find_minilm, prepare_all_minilm
-from backends.onnx.embedding_runner import EmbeddingRunner, pool, session_providers
+from dragoman.backends.onnx.embedding_batches import BatchQueue
+from dragoman.backends.onnx.embedding_files import graph_outputs, has_hidden_states, read_facts
+from dragoman.backends.onnx.embedding_prepare import MARKER, TOLERANCE, find_minilm, prepare_all_minilm
+from dragoman.backends.onnx.embedding_runner import EmbeddingRunner, pool, session_providers
 
 SENTENCES = [
     "Hello!",
@@ -154,7 +154,7 @@ def test_a_missing_provider_says_what_to_install() -> None:
 
 
 def test_token_limits(runner: EmbeddingRunner) -> None:
-    from adapters.errors import ContextTooLong, RequestError
+    from dragoman.adapters.errors import ContextTooLong, RequestError
 
     with pytest.raises(ContextTooLong, match=r"input\[1\] is 12 tokens, more than the model's context of 8"):
         runner.tokenize(["ok", "one two three four five six seven eight nine ten"], limit=8, truncate=False, max_tokens=None)
@@ -204,7 +204,7 @@ def test_truncating_tokenizes_a_prefix_with_the_same_tokens(runner: EmbeddingRun
     assert rows == want
     assert watched.chars < sum(len(t) for t in CUT_TEXTS) / 4, watched.chars
     # Refused, the whole length is still named.
-    from adapters.errors import ContextTooLong
+    from dragoman.adapters.errors import ContextTooLong
 
     with pytest.raises(ContextTooLong, match=rf"input\[0\] is 20002 tokens, more than the model's context of {limit}"):
         runner.tokenize(CUT_TEXTS, limit=limit, truncate=False, max_tokens=None)

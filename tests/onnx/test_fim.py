@@ -11,13 +11,13 @@ import onnxruntime_genai as og
 import pytest
 import pytest_asyncio
 
-from adapters.canonical import CompletionRequest, Finish, SamplingOptions
-from backends.onnx import OnnxBackend
-from backends.onnx.prompt_tokens import PromptTokenizer
-from backends.onnx.prompts import completion_start
-from backends.text.fim import find_fim
-from backends.text.segments import Segment
-from config.schema import ModelConfig, ModelRoute
+from dragoman.adapters.canonical import CompletionRequest, Finish, SamplingOptions
+from dragoman.backends.onnx import OnnxBackend
+from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
+from dragoman.backends.onnx.prompts import completion_start
+from dragoman.backends.text.fim import find_fim
+from dragoman.backends.text.segments import Segment
+from dragoman.config.schema import ModelConfig, ModelRoute
 from tests.onnx.conftest import collect
 from tests.support.fim_model import FIM_IDS
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from backends.onnx import worker_loop
-from backends.onnx.loading import load
-from backends.onnx.protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
-from backends.text.segments import Segment
+from dragoman.backends.onnx import worker_loop
+from dragoman.backends.onnx.loading import load
+from dragoman.backends.onnx.protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
+from dragoman.backends.text.segments import Segment
 
 
 class Recorded:
@@ -40,7 +40,7 @@ class Running:
     def __init__(self, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         import onnxruntime_genai as og
 
-        from backends.onnx.preparation import Preparation
+        from dragoman.backends.onnx.preparation import Preparation
 
         self.passes: list[int] = []
         self.capacities: list[int] = []

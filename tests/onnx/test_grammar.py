@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from adapters.canonical import ChatRequest, Message, ResponseFormat, TextPart, Tool, ToolChoice
-from adapters.errors import RequestError
-from backends.onnx.grammar import guidance_for, response_schema, tool_call_grammar
+from dragoman.adapters.canonical import ChatRequest, Message, ResponseFormat, TextPart, Tool, ToolChoice
+from dragoman.adapters.errors import RequestError
+from dragoman.backends.onnx.grammar import guidance_for, response_schema, tool_call_grammar
 
 WEATHER = Tool(
     name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

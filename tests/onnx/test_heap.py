@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.onnx.heap import IdleTrim
+from dragoman.backends.onnx.heap import IdleTrim
 
 Step = tuple[bool, list[str], float, bool]
 COMPUTE: Step = (True, [], 0.0, True)  # something to compute: the loop does not wait

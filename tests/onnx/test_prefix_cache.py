@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.onnx.kv_slab import KvSlab
-from backends.onnx.prefix_cache import PrefixCache, shared_prefix
-from backends.onnx.protocol import Search
-from backends.onnx.sampler import Sampler
+from dragoman.backends.onnx.kv_slab import KvSlab
+from dragoman.backends.onnx.prefix_cache import PrefixCache, shared_prefix
+from dragoman.backends.onnx.protocol import Search
+from dragoman.backends.onnx.sampler import Sampler
 
 
 def ids(*values: int) -> np.ndarray:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.onnx.prepare import build as prepare
-from backends.onnx.prepare import MARKER, PrepareError, default_model_path, find_gguf, is_prepared, prepare_smollm2
+from dragoman.backends.onnx.prepare import build as prepare
+from dragoman.backends.onnx.prepare import MARKER, PrepareError, default_model_path, find_gguf, is_prepared, prepare_smollm2
 
 
 def write_build(folder: Path, files: dict[str, bytes], marker: dict[str, object] | None) -> Path:

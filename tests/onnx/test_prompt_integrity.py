@@ -9,12 +9,12 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from adapters.canonical import Finish, Message, TextPart
-from backends.onnx import OnnxBackend
-from backends.onnx.prompt_tokens import PromptTokenizer
-from backends.onnx.vocab import read_tokenizer_facts
-from backends.text.chat_template import load_chat_template, render_chat_segments
-from backends.text.segments import Segment
+from dragoman.adapters.canonical import Finish, Message, TextPart
+from dragoman.backends.onnx import OnnxBackend
+from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
+from dragoman.backends.onnx.vocab import read_tokenizer_facts
+from dragoman.backends.text.chat_template import load_chat_template, render_chat_segments
+from dragoman.backends.text.segments import Segment
 from tests.onnx.conftest import ask, collect
 
 IM_START, IM_END = 1, 2

@@ -6,9 +6,9 @@ import io
 
 import pytest
 
-from adapters.canonical import TokenLogprob, TopLogprob
-from backends.text.segments import Segment
-from backends.onnx.protocol import (
+from dragoman.adapters.canonical import TokenLogprob, TopLogprob
+from dragoman.backends.text.segments import Segment
+from dragoman.backends.onnx.protocol import (
     HEADER,
     MAX_FRAME,
     Cancel,

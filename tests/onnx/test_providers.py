@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.onnx.providers import ProviderError, candidate_providers
+from dragoman.backends.onnx.providers import ProviderError, candidate_providers
 
 CPU = {"onnxruntime-genai": "0.18.0"}
 CUDA = {"onnxruntime-genai-cuda": "0.18.1"}
@@ -49,6 +49,6 @@ def test_candidate_providers(name: str, requested: str, installed: dict[str, str
 
 
 def test_provider_error_is_a_backend_error() -> None:
-    from adapters.errors import BackendError
+    from dragoman.adapters.errors import BackendError
 
     assert issubclass(ProviderError, BackendError)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.onnx.vocab import byte_level_alphabet, load_token_bytes, read_tokenizer_facts, token_bytes_table
+from dragoman.backends.onnx.vocab import byte_level_alphabet, load_token_bytes, read_tokenizer_facts, token_bytes_table
 
 
 def test_byte_level_alphabet_is_a_bijection_over_bytes() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.canonical import ContentDelta, ErrorEvent, Finish, ResponseFormat, RoleStart
-from adapters.errors import Overloaded, RequestError
-from backends.onnx import OnnxBackend, protocol
+from dragoman.adapters.canonical import ContentDelta, ErrorEvent, Finish, ResponseFormat, RoleStart
+from dragoman.adapters.errors import Overloaded, RequestError
+from dragoman.backends.onnx import OnnxBackend, protocol
 from tests.onnx.conftest import MODEL_NAME, ask, collect
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

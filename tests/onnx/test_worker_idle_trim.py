@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from backends.onnx import heap
-from backends.onnx.loading import load
-from backends.onnx.protocol import Done, Ping, Pong, Shutdown, Start, WorkerConfig, decode_report, read_frame
-from backends.text.segments import Segment
+from dragoman.backends.onnx import heap
+from dragoman.backends.onnx.loading import load
+from dragoman.backends.onnx.protocol import Done, Ping, Pong, Shutdown, Start, WorkerConfig, decode_report, read_frame
+from dragoman.backends.text.segments import Segment
 
 TRIM_AFTER = 1.5  # long enough that the test's late command surely lands inside it
 
@@ -28,8 +28,8 @@ class Running:
     def __init__(self, model_dir: Path, trims: list[float]) -> None:
         import onnxruntime_genai as og
 
-        from backends.onnx.preparation import Preparation
-        from backends.onnx.worker_loop import Worker
+        from dragoman.backends.onnx.preparation import Preparation
+        from dragoman.backends.onnx.worker_loop import Worker
 
         model, engine, _, _ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"]))
         assert engine is not None, "the batch engine runs the default model on CPU"

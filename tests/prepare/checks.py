@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters.canonical import Message, TextPart
-from backends.text.chat_template import load_chat_template, render_chat, special_tokens
+from dragoman.adapters.canonical import Message, TextPart
+from dragoman.backends.text.chat_template import load_chat_template, render_chat, special_tokens
 
 # Max |ONNX − PyTorch| over the vocabulary for an fp32 build, at logits of magnitude ~5
 # (observed: ≤ 1.3e-5 for every architecture here).

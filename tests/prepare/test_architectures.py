@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.onnx.prepare import prepare
+from dragoman.backends.onnx.prepare import prepare
 from tests.prepare.checks import (
     assert_matches_pytorch, expected_prompt, onnx_token_ids, rendered_by_dragoman, stop_ids,
 )  # fmt: skip

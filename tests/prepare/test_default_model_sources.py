@@ -16,10 +16,10 @@ import ollama
 import pytest
 import yaml
 
-from backends.onnx.prepare import catalogue, find_gguf, prepare
-from backends.onnx.prepare.entry import yaml_entry
-from backends.registry import settings_type
-from config import load_config
+from dragoman.backends.onnx.prepare import catalogue, find_gguf, prepare
+from dragoman.backends.onnx.prepare.entry import yaml_entry
+from dragoman.backends.registry import settings_type
+from dragoman.config import load_config
 from tests.support.ollama_store import SMOLLM2_TEMPLATE, Store
 from tests.support.server import RunningServer, config_from_yaml, serve
 
@@ -30,7 +30,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 def hf_folder(model_home: Path) -> Path:
     """A Hugging Face folder made from the GGUF (as the build's first stage makes one),
     kept in the test home so its content — and so its build key — stays the same."""
-    from backends.onnx.prepare.worker import convert_gguf
+    from dragoman.backends.onnx.prepare.worker import convert_gguf
 
     folder = model_home / "sources" / "SmolLM2-135M-Instruct"
     if not (folder / "model.safetensors").is_file():
@@ -97,7 +97,7 @@ def dragoman(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     import os
 
     env = {**os.environ, "DRAGOMAN_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run([sys.executable, "-m", "dragoman.proxy.cli", *args], capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_prepare_adds_its_entry_to_a_config_and_models_list_shows_the_builds(

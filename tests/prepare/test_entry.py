@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backends.onnx.prepare.catalogue import Build, BuildRecord
-from backends.onnx.prepare.entry import insert_entry, yaml_entry
+from dragoman.backends.onnx.prepare.catalogue import Build, BuildRecord
+from dragoman.backends.onnx.prepare.entry import insert_entry, yaml_entry
 
 ENTRY = lambda indent: f"{indent}- name: new\n{indent}  backend: onnx\n"  # noqa: E731
 

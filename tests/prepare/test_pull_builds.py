@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from backends.onnx.prepare.build_lock import build_lock
+from dragoman.backends.onnx.prepare.build_lock import build_lock
 from tests.prepare.test_sources import gguf_file
 from tests.prepare.tiny_models import make_tiny
 from tests.support.ollama_store import Store
@@ -64,7 +64,7 @@ def pull(server: RunningServer, name: str) -> list[dict]:
 
 
 class BuildProcesses:
-    """The build processes (``python -m backends.onnx.prepare SOURCE``) this test
+    """The build processes (``python -m dragoman.backends.onnx.prepare SOURCE``) this test
     process starts, by pid, sampled while it runs."""
 
     def __init__(self, source: str) -> None:
@@ -81,7 +81,7 @@ class BuildProcesses:
                     command = child.cmdline()
                 except psutil.Error:
                     continue
-                if "backends.onnx.prepare" in command and self.source in command:
+                if "dragoman.backends.onnx.prepare" in command and self.source in command:
                     self.pids.add(child.pid)
 
     def stop(self) -> set[int]:

@@ -16,12 +16,12 @@ from pathlib import Path, PureWindowsPath
 import httpx
 import pytest
 
-from backends.onnx.prepare import ollama_store
-from backends.onnx.prepare.ollama_store import OllamaName, parse_name
-from backends.onnx.prepare.store_files import inside
-from backends.onnx.prepare.support import PrepareError
-from config import load_config
-from backends.registry import settings_type
+from dragoman.backends.onnx.prepare import ollama_store
+from dragoman.backends.onnx.prepare.ollama_store import OllamaName, parse_name
+from dragoman.backends.onnx.prepare.store_files import inside
+from dragoman.backends.onnx.prepare.support import PrepareError
+from dragoman.config import load_config
+from dragoman.backends.registry import settings_type
 from tests.prepare.test_sources import gguf_file
 from tests.support.ollama_store import Store
 from tests.support.server import RunningServer, serve

@@ -10,9 +10,9 @@ import httpx
 import ollama
 import pytest
 
-from backends.onnx.prepare import prepare
+from dragoman.backends.onnx.prepare import prepare
 from tests.prepare.tiny_models import make_tiny
-from backends.onnx.prepare.support import sha256_file
+from dragoman.backends.onnx.prepare.support import sha256_file
 from tests.support.ollama_store import Store
 from tests.support.server import RunningServer, config_from_yaml, serve
 
@@ -72,8 +72,8 @@ def test_a_name_that_is_not_built_is_a_404_naming_the_command(tiny_server: Runni
 
 async def test_a_build_from_a_server_reports_its_progress(tmp_path: Path) -> None:
     """What /api/pull calls: the build in a child process, every stage and bar update reported."""
-    from backends.onnx.prepare.background import BuildProgress, prepare_in_background
-    from backends.onnx.prepare.support import PrepareError
+    from dragoman.backends.onnx.prepare.background import BuildProgress, prepare_in_background
+    from dragoman.backends.onnx.prepare.support import PrepareError
 
     tiny = make_tiny("qwen2", tmp_path / "src")
     events: list[BuildProgress] = []

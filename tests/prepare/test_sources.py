@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from backends.gguf_file import Field, TensorData, TensorInfo, ValueType, write_gguf
-from backends.onnx.prepare import build as build_module
-from backends.onnx.prepare import go_templates, ollama_store, prepare, support
-from backends.onnx.prepare.architectures import check_target
-from backends.onnx.prepare.ollama_store import OllamaName, parse_name
-from backends.onnx.prepare.sources import human_count, resolve, slug
-from backends.onnx.prepare.support import PrepareError
+from dragoman.backends.gguf_file import Field, TensorData, TensorInfo, ValueType, write_gguf
+from dragoman.backends.onnx.prepare import build as build_module
+from dragoman.backends.onnx.prepare import go_templates, ollama_store, prepare, support
+from dragoman.backends.onnx.prepare.architectures import check_target
+from dragoman.backends.onnx.prepare.ollama_store import OllamaName, parse_name
+from dragoman.backends.onnx.prepare.sources import human_count, resolve, slug
+from dragoman.backends.onnx.prepare.support import PrepareError
 from tests.support.ollama_store import SMOLLM2_TEMPLATE, Store
 
 
@@ -261,7 +261,7 @@ def test_parameter_counts_read_as_ollama_shows_them(n: int, expected: str) -> No
 
 
 def test_pull_source_names_what_a_pull_builds(tmp_path: Path, store: Store) -> None:
-    from backends.onnx.prepare.background import pull_source
+    from dragoman.backends.onnx.prepare.background import pull_source
 
     store.add_model("qwen2.5", "0.5b", gguf_file(tmp_path / "m.gguf"))
     assert pull_source("smollm2") == "smollm2" and pull_source("smollm2:135m") == "smollm2:135m"

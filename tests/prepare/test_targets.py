@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.onnx.prepare import prepare
-from backends.onnx.prepare.sources import resolve
+from dragoman.backends.onnx.prepare import prepare
+from dragoman.backends.onnx.prepare.sources import resolve
 from tests.prepare.checks import assert_matches_pytorch, expected_prompt, onnx_logits, torch_logits
 from tests.prepare.tiny_models import make_tiny
 

@@ -11,7 +11,7 @@ import ollama
 import openai
 import pytest
 
-from adapters.canonical import ChatRequest, CompletionRequest
+from dragoman.adapters.canonical import ChatRequest, CompletionRequest
 from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer, config_from_yaml, serve
 

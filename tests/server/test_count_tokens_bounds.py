@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.models import cpu_cores
+from dragoman.proxy.models import cpu_cores
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 MODEL = "smollm2:135m"

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.models import EMBED_CONCURRENT
+from dragoman.proxy.models import EMBED_CONCURRENT
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 MODEL = "all-minilm"

@@ -24,7 +24,7 @@ import msgspec
 import ollama
 import pytest
 
-from proxy.health_routes import READY_CACHE_SECONDS
+from dragoman.proxy.health_routes import READY_CACHE_SECONDS
 
 AUTO = "engine-auto"
 FORCED = "engine-forced"
@@ -52,7 +52,7 @@ def served(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         f"  - {{name: {FORCED}, backend: onnx, path: '{model_dir}', provider: cpu, context_length: 1024, engine: generator}}\n"
     )
     server = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", "0"],
+        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", "0"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines: list[str] = []

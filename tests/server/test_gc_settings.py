@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.gc_settings import YOUNG_THRESHOLD, tune_for_serving
+from dragoman.proxy.gc_settings import YOUNG_THRESHOLD, tune_for_serving
 
 
 @pytest.fixture

@@ -197,7 +197,7 @@ def test_sigterm_lets_streams_finish_then_cuts_them(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)],
+        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:

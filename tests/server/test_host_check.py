@@ -19,7 +19,7 @@ import httpx
 import msgspec
 import pytest
 
-from config import ConfigError
+from dragoman.config import ConfigError
 from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer, config_from_yaml, serve
 
@@ -147,7 +147,7 @@ def test_bound_to_all_addresses_allowed_hosts_restricts_the_names() -> None:
 def start(args: list[str], config: Path) -> tuple[subprocess.Popen[str], str, int]:
     """``dragoman serve`` on a free port; its start-up lines up to the serving address."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", "0", *args],
+        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", "0", *args],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines = ""
@@ -219,7 +219,7 @@ def test_workers_check_the_host_where_the_supervisor_bound_them(tmp_path: Path) 
 
 
 def test_a_star_turns_the_check_off_and_start_up_says_so() -> None:
-    from proxy.host_check import startup_warnings
+    from dragoman.proxy.host_check import startup_warnings
 
     config = config_from_yaml("server:\n  allowed_hosts: ['*']\n" + MODELS)
     assert any("lists '*': the Host check is off" in w for w in startup_warnings(config))

@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from backends.onnx import OnnxBackend
-from proxy.models import build_backend
+from dragoman.backends.onnx import OnnxBackend
+from dragoman.proxy.models import build_backend
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 MODEL = "smol"

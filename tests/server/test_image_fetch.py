@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from proxy import image_fetch
-from proxy.bounded_decode import TooLarge, UnsupportedEncoding, decode_body
-from proxy.public_address import refusal
+from dragoman.proxy import image_fetch
+from dragoman.proxy.bounded_decode import TooLarge, UnsupportedEncoding, decode_body
+from dragoman.proxy.public_address import refusal
 from tests.support.image_host import PNG, ImageHost, bomb, image_host, make_certificate
 from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer, config_from_yaml, serve

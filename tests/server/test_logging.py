@@ -32,7 +32,7 @@ def test_one_line_per_request_with_tokens(scripted_server: RunningServer) -> Non
 
 
 def test_json_renderer_when_configured(capsys: pytest.CaptureFixture[str]) -> None:
-    from proxy.logging import configure_logging
+    from dragoman.proxy.logging import configure_logging
 
     try:
         configure_logging("json", "info")
@@ -54,7 +54,7 @@ def test_json_renderer_when_configured(capsys: pytest.CaptureFixture[str]) -> No
     ],
 )
 def test_json_lines_are_json(name: str, event: dict[str, object], expected: dict[str, object]) -> None:
-    from proxy.logging import _dumps
+    from dragoman.proxy.logging import _dumps
 
     line = _dumps(event)
     assert "\n" not in line and json.loads(line) == expected

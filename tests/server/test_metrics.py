@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from adapters.canonical import Usage
-from proxy.metrics import Metrics
-from proxy.record import RequestRecord
+from dragoman.adapters.canonical import Usage
+from dragoman.proxy.metrics import Metrics
+from dragoman.proxy.record import RequestRecord
 
 
 def record(path: str, status: int, *, entry: str | None = "m", ttft: bool = True, usage: bool = True) -> RequestRecord:

@@ -14,9 +14,9 @@ import httpx
 import ollama
 import pytest
 
-from backends.onnx.prepare import GGUF_SHA256, PrepareError, default_model_path, prepare_in_subprocess
-from backends.pull import PullProgress, stage_progress
-from proxy import model_admin_routes
+from dragoman.backends.onnx.prepare import GGUF_SHA256, PrepareError, default_model_path, prepare_in_subprocess
+from dragoman.backends.pull import PullProgress, stage_progress
+from dragoman.proxy import model_admin_routes
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 

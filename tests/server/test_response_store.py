@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from config.schema import ResponseStoreConfig
-from proxy.response_store import NoStore, SqliteStore, StoredResponse, open_store
+from dragoman.config.schema import ResponseStoreConfig
+from dragoman.proxy.response_store import NoStore, SqliteStore, StoredResponse, open_store
 
 
 def row(name: str, size: int = 10, age: float = 0.0) -> StoredResponse:

@@ -8,7 +8,7 @@ import re
 
 import httpx
 
-from proxy.app import create_app
+from dragoman.proxy.app import create_app
 from tests.conftest import SCRIPTED_CONFIG
 from tests.support.server import RunningServer, config_from_yaml
 

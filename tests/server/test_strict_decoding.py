@@ -1,4 +1,4 @@
-"""Request bodies are decoded strictly in every dialect (proxy/strict_body.py): a string
+"""Request bodies are decoded strictly in every dialect (dragoman/proxy/strict_body.py): a string
 where a number is expected, or a number where a boolean is, is a 400 in the caller's
 dialect naming the field — as OpenAI and Ollama (Go's encoding/json) answer — never
 quietly converted (``"max_tokens": "5"`` was taken as 5). What strict decoding still

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from backends.gguf_file import read_gguf
+from dragoman.backends.gguf_file import read_gguf
 
 
 def _go_json(value: Any) -> bytes:

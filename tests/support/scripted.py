@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from adapters.canonical import (
+from dragoman.adapters.canonical import (
     ChatRequest,
     CompletionRequest,
     ContentDelta,
@@ -29,9 +29,9 @@ from adapters.canonical import (
     ToolCallFragment,
     Usage,
 )
-from adapters.errors import BackendError, Overloaded
-from backends.base import Capabilities, LoadedModel, ModelDetails
-from config import ModelRoute
+from dragoman.adapters.errors import BackendError, Overloaded
+from dragoman.backends.base import Capabilities, LoadedModel, ModelDetails
+from dragoman.config import ModelRoute
 
 
 _stream_numbers = itertools.count()

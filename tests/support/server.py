@@ -15,10 +15,10 @@ from pathlib import Path
 import msgspec
 import uvicorn
 
-from backends.registry import settings_type
-from config import Config, parse_config
-from proxy.app import create_app
-from proxy.models import BackendFactory, build_backend
+from dragoman.backends.registry import settings_type
+from dragoman.config import Config, parse_config
+from dragoman.proxy.app import create_app
+from dragoman.proxy.models import BackendFactory, build_backend
 
 
 @dataclass(frozen=True)

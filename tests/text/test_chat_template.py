@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.canonical import Message, TextPart, Tool, ToolCall
-from adapters.errors import RequestError
-from backends.text.chat_template import load_chat_template, render_chat, special_tokens, supports_thinking, supports_tools
+from dragoman.adapters.canonical import Message, TextPart, Tool, ToolCall
+from dragoman.adapters.errors import RequestError
+from dragoman.backends.text.chat_template import load_chat_template, render_chat, special_tokens, supports_thinking, supports_tools
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.text.fim import SPELLINGS, FimTokens, find_fim
-from backends.text.segments import Segment
+from dragoman.backends.text.fim import SPELLINGS, FimTokens, find_fim
+from dragoman.backends.text.segments import Segment
 
 SMOLLM2 = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>", "<reponame>", "<file_sep>", "<filename>"}
 FOUND = [

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from adapters.canonical import ContentDelta, Logprobs, ThinkingDelta, TokenLogprob, ToolCall, ToolCallDone
-from backends.text.output_parsers import LogprobsPairing, OutputParser, parse_hermes_call
+from dragoman.adapters.canonical import ContentDelta, Logprobs, ThinkingDelta, TokenLogprob, ToolCall, ToolCallDone
+from dragoman.backends.text.output_parsers import LogprobsPairing, OutputParser, parse_hermes_call
 
 
 def ids() -> itertools.count[int]:

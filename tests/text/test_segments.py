@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.canonical import Message, TextPart, Tool, ToolCall
-from backends.ctransformers.prompt import render_preset_segments
-from backends.text.chat_template import render_chat, render_chat_segments
-from backends.text.segments import CLOSE, OPEN, Guard, Segment, merged, prompt_bytes, prompt_text
+from dragoman.adapters.canonical import Message, TextPart, Tool, ToolCall
+from dragoman.backends.ctransformers.prompt import render_preset_segments
+from dragoman.backends.text.chat_template import render_chat, render_chat_segments
+from dragoman.backends.text.segments import CLOSE, OPEN, Guard, Segment, merged, prompt_bytes, prompt_text
 from tests.text.test_chat_template import CHATML, NATIVE
 
 SPECIALS = frozenset({"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>"})

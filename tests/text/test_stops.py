@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.text.stops import StopMatcher, partial_suffix_length
+from dragoman.backends.text.stops import StopMatcher, partial_suffix_length
 
 CASES = [
     ("no stops", [], ["Hello", " world"], "Hello world", False),

@@ -16,10 +16,10 @@ import msgspec
 import pytest
 from playwright.sync_api import Page, expect
 
-from backends.onnx import OnnxBackend
-from backends.registry import settings_type
-from config import Config, ModelRoute, load_config
-from proxy.models import build_backend
+from dragoman.backends.onnx import OnnxBackend
+from dragoman.backends.registry import settings_type
+from dragoman.config import Config, ModelRoute, load_config
+from dragoman.proxy.models import build_backend
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 MODEL = "smollm2:135m"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from config import check_report
-from proxy.ui.config_view import MASK, answers_from, config_view, masked, masked_url
+from dragoman.config import check_report
+from dragoman.proxy.ui.config_view import MASK, answers_from, config_view, masked, masked_url
 from tests.support.server import config_from_yaml
 
 SECRET = "sk-very-secret-upstream-key"

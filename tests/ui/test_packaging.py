@@ -26,6 +26,6 @@ def test_the_wheel_holds_the_page(tmp_path: Path) -> None:
     )
     (wheel,) = (tmp_path / "dist").glob("dragoman-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    wanted = {f"proxy/ui/{p.relative_to(UI).as_posix()}" for p in UI.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    assert {n for n in wanted if n.startswith(("proxy/ui/static/", "proxy/ui/templates/"))}, "nothing to look for"
+    wanted = {f"dragoman/proxy/ui/{p.relative_to(UI).as_posix()}" for p in UI.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert {n for n in wanted if n.startswith(("dragoman/proxy/ui/static/", "dragoman/proxy/ui/templates/"))}, "nothing to look for"
     assert wanted - names == set()

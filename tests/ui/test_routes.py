@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from proxy.ui.routes import CONTENT_SECURITY_POLICY, STATIC
+from dragoman.proxy.ui.routes import CONTENT_SECURITY_POLICY, STATIC
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 KEY = "ui-test-key-4f1c"

@@ -9,10 +9,10 @@ import json
 import msgspec
 import pytest
 
-from adapters.canonical import ContentDelta, Finish, RoleStart, Usage
-from adapters.errors import RequestError
-from adapters import openai
-from proxy.ui.turn import Turn, canonical_request, decode_turn, read_stream, turn_view, write_stream
+from dragoman.adapters.canonical import ContentDelta, Finish, RoleStart, Usage
+from dragoman.adapters.errors import RequestError
+from dragoman.adapters import openai
+from dragoman.proxy.ui.turn import Turn, canonical_request, decode_turn, read_stream, turn_view, write_stream
 
 MODEL = "smollm2:135m"
 EVENTS = [RoleStart(), ContentDelta("Paris"), ContentDelta(" is the capital."), Finish(reason="stop", usage=Usage(31, 6))]

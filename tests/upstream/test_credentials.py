@@ -11,8 +11,8 @@ import httpx
 import pytest
 import structlog
 
-from config import ConfigError
-from proxy.logging import configure_logging
+from dragoman.config import ConfigError
+from dragoman.proxy.logging import configure_logging
 from tests.support.replay import ReplayServer, Reply, replay_server
 from tests.support.server import RunningServer, config_from_yaml, serve
 from tests.upstream.conftest import user

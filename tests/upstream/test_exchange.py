@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, TokenLogprob, ToolCallFragment
-from backends.upstream.relay import coalesce_deltas
-from backends.upstream.exchange import LineSplitter, LineTooLong, retry_after
+from dragoman.adapters.canonical import ContentDelta, Event, Finish, Logprobs, RoleStart, ThinkingDelta, TokenLogprob, ToolCallFragment
+from dragoman.backends.upstream.relay import coalesce_deltas
+from dragoman.backends.upstream.exchange import LineSplitter, LineTooLong, retry_after
 
 SPLITS = [
     # (name, pieces as they arrive, lines out, tail)

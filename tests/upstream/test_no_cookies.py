@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from backends.upstream.clients import new_client
+from dragoman.backends.upstream.clients import new_client
 
 
 class CookieSetter(http.server.BaseHTTPRequestHandler):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.upstream.endpoints import EndpointPool, display_url
+from dragoman.backends.upstream.endpoints import EndpointPool, display_url
 
 
 class Clock:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from proxy.health_routes import READY_CACHE_SECONDS
+from dragoman.proxy.health_routes import READY_CACHE_SECONDS
 from tests.support.replay import ReplayServer, Reply, replay_server
 from tests.support.server import RunningServer, config_from_yaml, serve
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.upstream import UpstreamSettings
-from config import ConfigError
+from dragoman.backends.upstream import UpstreamSettings
+from dragoman.config import ConfigError
 from tests.support.server import config_from_yaml
 
 BAD = [

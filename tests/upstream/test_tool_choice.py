@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from adapters.canonical import (
+from dragoman.adapters.canonical import (
     ContentDelta,
     ErrorEvent,
     Event,
@@ -22,7 +22,7 @@ from adapters.canonical import (
     ToolCallFragment,
     ToolChoice,
 )
-from backends.upstream.tool_choice import ToolChoiceNotHonoured, require_tool_call
+from dragoman.backends.upstream.tool_choice import ToolChoiceNotHonoured, require_tool_call
 from tests.support.replay import ReplayServer
 from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer, config_from_yaml, serve

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.upstream.watch import ReadWatch
+from dragoman.backends.upstream.watch import ReadWatch
 
 
 async def pieces(*gaps: float) -> AsyncIterator[bytes]:

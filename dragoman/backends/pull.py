@@ -1,0 +1,58 @@
+"""What ``/api/pull`` can do for a name, with progress in Ollama's pull shape.
+
+dragoman serves the models its config file names; it downloads nothing from a
+registry. So a pull of a served name makes that model ready — a local model that is
+not built yet is built (the default model today; whatever ``dragoman models prepare``
+learns to build later) — and a name the config does not serve is an error naming
+what to do. The two hooks:
+
+- a backend's ``pull(model, progress)`` (optional, see :class:`Pullable`): make a
+  served model ready, calling ``progress`` as it goes;
+- :func:`buildable`: what could be built for a name the config does *not* serve:
+  ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, built as
+  ``dragoman models prepare`` builds them (anything else is a 404).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
+
+from dragoman.backends.pull_progress import ProgressCallback, PullProgress
+
+
+@runtime_checkable
+class Pullable(Protocol):
+    async def pull(self, model: str, progress: ProgressCallback) -> None:
+        """Make ``model`` ready to serve (build it when it can be built), reporting
+        progress; raise a ``DragomanError`` saying what to do when it cannot."""
+        ...
+
+
+Build = Callable[[ProgressCallback], Awaitable[None]]
+
+
+def buildable(name: str) -> Build | None:
+    """A build for ``name``, which the config does not serve: ``ollama:NAME[:TAG]`` from
+    the local Ollama store, or a known name (``dragoman models prepare``'s sources that a
+    name alone identifies); None when nothing can be built for it."""
+    from dragoman.backends.onnx.prepare.background import pull_build
+
+    return pull_build(name)
+
+
+_STAGE = re.compile(r"\[(\d+)/(\d+)\]\s*(?:\[[#.]*\]\s*)?(.*?)…?\s*$")
+
+
+def stage_progress(line: str, digest: str) -> PullProgress | None:
+    """A builder's stage line (``[2/4] [##..] building int4 ONNX model…``) as pull
+    progress on ``digest``: ``completed`` counts the stages already done."""
+    match = _STAGE.match(line.strip())
+    if match is None:
+        return None
+    number, total, text = int(match.group(1)), int(match.group(2)), match.group(3)
+    return PullProgress(status=text, digest=digest, total=total, completed=number - 1)
+
+
+__all__ = ["Build", "ProgressCallback", "PullProgress", "Pullable", "buildable", "stage_progress"]

@@ -1,0 +1,279 @@
+"""The part of the upstream backends every dialect shares: a request sent to the first
+endpoint that answers (:mod:`~backends.upstream.failover`), its reply relayed as events
+(:mod:`~backends.upstream.relay`).
+
+The upstream is asked to stream when the client asked to: a whole reply is one JSON
+body to parse instead of a chunk per token, which is most of the cost of a proxied
+non-streaming request. A request is retried on another endpoint only while nothing
+has been yielded, so only while nothing can have reached the client (a whole reply
+is read completely before its first event); after that a failure is an ``ErrorEvent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import ClassVar
+
+import aiohttp
+import msgspec
+import structlog
+from yarl import URL
+
+from dragoman.adapters.canonical import (
+    ChatRequest,
+    CompletionRequest,
+    EmbedRequest,
+    EmbedResult,
+    ErrorEvent,
+    Event,
+    Request,
+    Secret,
+)
+from dragoman.adapters.errors import BackendError, DragomanError
+from dragoman.adapters.json_depth import TOO_DEEP
+from dragoman.backends.base import Capabilities, LoadedModel, ModelDetails
+from dragoman.backends.upstream.clients import ClientLease
+from dragoman.backends.upstream.discovery import ModelCatalog
+from dragoman.backends.upstream.endpoints import Endpoint, EndpointPool
+from dragoman.backends.upstream.exchange import Failed, get_json_body, open_reply
+from dragoman.backends.upstream.failover import exhausted, gives_up, with_one_retry
+from dragoman.backends.upstream.redaction import Redactor, bearer_secrets
+from dragoman.backends.upstream.relay import Call, StreamDecoder, read_whole, relay_stream
+from dragoman.backends.upstream.settings import UpstreamSettings
+from dragoman.config import ModelRoute
+
+log = structlog.get_logger("dragoman.upstream")
+
+DISCOVERY_TIMEOUT = 10.0  # seconds; discovery must not hold /api/tags up for long
+
+
+class HttpUpstreamBackend:
+    """Subclasses name the dialect: paths, request encoding, reply decoding."""
+
+    Settings: ClassVar[type[UpstreamSettings]] = UpstreamSettings
+    chat_path: ClassVar[str]
+    models_path: ClassVar[str]
+    kind: ClassVar[str]
+
+    def __init__(self, route: ModelRoute) -> None:
+        self.route = route
+        self.settings: UpstreamSettings = route.settings  # type: ignore[assignment]
+        s = self.settings
+        self.pool = EndpointPool(s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name)
+        self._clients = ClientLease(s.max_connections)
+        self._urls: dict[tuple[str, str], URL] = {}  # (endpoint, path) -> URL, parsed once
+        # Connect bounded here; every later wait by our own deadlines (exchange.py).
+        self._timeout = aiohttp.ClientTimeout(sock_connect=s.connect_timeout)
+        self._secret = s.secret_key
+        # Bodies are read raw, chunk by chunk: ask for them uncompressed.
+        self._headers = {"content-type": "application/json", "accept-encoding": "identity", **self.dialect_headers()}
+        if self._secret:
+            self._headers.update(self.auth_headers(Secret(f"Bearer {self._secret}")))
+        self._first_byte_silence = f"{s.first_byte_timeout:g}s (first_byte_timeout)"
+        self._total_silence = f"{s.total_timeout:g}s (total_timeout)"
+        self.catalog = (
+            ModelCatalog(self._fetch_models, ttl=s.discover_ttl, pattern=route.config.name) if s.discover else None
+        )
+
+    # -- dialect hooks ------------------------------------------------------------------
+
+    def encode_request(self, request: ChatRequest, model: str) -> bytes:
+        """The chat body for the upstream, which knows the model as ``model``; it asks
+        for a stream when the client did."""
+        raise NotImplementedError
+
+    def dialect_headers(self) -> dict[str, str]:
+        """Headers every request of the dialect carries (Anthropic's version)."""
+        return {}
+
+    def auth_headers(self, authorization: Secret) -> dict[str, str]:
+        """The credentials, given as an ``Authorization`` value, as the dialect sends them."""
+        return {"authorization": authorization}
+
+    def completion_call(self, request: CompletionRequest, model: str) -> Call:
+        """The request a completion becomes: the dialect's completion endpoint, or
+        its chat endpoint for a templated prompt where that is the one that templates."""
+        raise NotImplementedError
+
+    def chat_call(self, request: ChatRequest, model: str) -> Call:
+        return Call(self.chat_path, self.encode_request(request, model), self.decoder, self.parse_response)
+
+    def decoder(self) -> StreamDecoder:
+        raise NotImplementedError
+
+    def decode_error(self, status: int, body: bytes) -> DragomanError:
+        raise NotImplementedError
+
+    def parse_response(self, body: bytes) -> list[Event]:
+        """A whole (non-streaming) reply as the events a stream would have carried."""
+        raise NotImplementedError
+
+    def parse_models(self, body: bytes) -> dict[str, ModelDetails]:
+        raise NotImplementedError
+
+    def encode_embed(self, request: EmbedRequest, model: str) -> tuple[str, bytes]:
+        """(path below the base URL, body) of an embedding request."""
+        raise NotImplementedError
+
+    def parse_embed(self, body: bytes, expected: int) -> EmbedResult:
+        """The vectors of an embedding reply; ``ValueError`` when it cannot be read."""
+        raise NotImplementedError
+
+    # -- Backend protocol -----------------------------------------------------------------
+
+    def capabilities(self, model: str) -> Capabilities:
+        # The upstream decides what it can do and says so in its own error.
+        return Capabilities(
+            tools=True, vision=True, thinking=True, json_schema=True, logprobs=True, insert=True, embedding=True
+        )
+
+    def details(self, model: str) -> ModelDetails:
+        found = self.catalog.details(self.settings.model or model) if self.catalog else None
+        return found or ModelDetails(format=self.kind, family="remote")
+
+    async def load(self, model: str, keep_alive: float | None) -> None:
+        return None
+
+    async def unload(self, model: str) -> None:
+        return None
+
+    def loaded(self) -> list[LoadedModel]:
+        return []
+
+    async def list_models(self) -> list[str]:
+        """The upstream's own models that this entry routes (``discover: true``)."""
+        return await self.catalog.names() if self.catalog else []
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    def endpoint_health(self) -> dict[str, bool]:
+        """For ``/metrics``: which endpoints are in rotation (not cooling down)."""
+        return {e.label: self.pool.healthy(e) for e in self.pool.endpoints}
+
+    async def ready(self) -> tuple[bool, str]:
+        """For ``/health/ready``: some endpoint answers its model list."""
+        problems = []
+        for endpoint in self.pool.order():
+            try:
+                await self._get_models_body(endpoint)
+            except DragomanError as exc:
+                problems.append(f"{endpoint.label}: {exc.message}")
+                continue
+            return True, f"{endpoint.label} reachable"
+        return False, "; ".join(problems)
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        from dragoman.backends.upstream.embedding import embed_upstream
+
+        return await embed_upstream(self, request)
+
+    def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
+        return self.exchange(request, lambda model: self.chat_call(request, model))
+
+    def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
+        return self.exchange(request, lambda model: self.completion_call(request, model))
+
+    async def exchange(self, request: Request, make_call: Callable[[str], Call]) -> AsyncIterator[Event]:
+        """Sends the call ``make_call`` writes for the upstream's name of the model to
+        the first endpoint that answers, and relays its reply. The call is written
+        here, on the first iteration, so that a refusal is an error of the stream."""
+        loop = asyncio.get_running_loop()
+        s = self.settings
+        total_deadline = loop.time() + s.total_timeout
+        call = make_call(s.model or request.model)
+        body = call.body
+        failures: list[tuple[Endpoint, Failed]] = []
+        attempts = self.pool.order()
+        for endpoint in with_one_retry(attempts):
+            now = loop.time()
+            if now >= total_deadline:
+                break
+            client = self._clients.client_for(endpoint.url)
+            headers, redact = self.headers_for(endpoint, request)
+            # A whole reply is sent when it is done: only total_timeout bounds the wait.
+            if request.stream:
+                deadline, silence = min(now + s.first_byte_timeout, total_deadline), self._first_byte_silence
+            else:
+                deadline, silence = total_deadline, self._total_silence
+            endpoint.outstanding += 1
+            try:
+                try:
+                    reply = await open_reply(
+                        client, self.url(endpoint, call.path), body, headers, self._timeout, deadline,
+                        self.error_decoder(redact), silence=silence, upstream=endpoint.label,
+                    )
+                    self.pool.succeeded(endpoint)
+                    if not request.stream:
+                        events = [_redacted(e, redact) for e in await read_whole(reply, call, s, endpoint, total_deadline)]
+                except Failed as failed:
+                    self.pool.failed(endpoint, failed.reason)
+                    failures.append((endpoint, failed))
+                    if gives_up(attempts, failed):
+                        break
+                    continue
+                except DragomanError:
+                    self.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
+                    raise
+                if request.stream:
+                    async for event in relay_stream(reply, call, s, self.pool, endpoint, total_deadline, request.model):
+                        yield _redacted(event, redact)
+                else:
+                    for event in events:
+                        yield event
+                return
+            finally:
+                endpoint.outstanding -= 1
+        raise exhausted(request.model, failures)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def url(self, endpoint: Endpoint, path: str) -> URL:
+        """``path`` below ``endpoint``'s base URL, parsed once."""
+        url = self._urls.get((endpoint.url, path))
+        if url is None:
+            url = self._urls[(endpoint.url, path)] = URL(endpoint.url + path)
+        return url
+
+    def headers_for(self, endpoint: Endpoint, request: Request | EmbedRequest | None = None) -> tuple[dict[str, str], Redactor]:
+        """Headers for ``endpoint``, and what to blank out of what it answers. The
+        Authorization is the client's (with ``forward_auth``), else the configured
+        key, else the credentials the endpoint's URL carried."""
+        headers = self._headers
+        forwarded = request.authorization if request is not None and self.settings.forward_auth else None
+        if forwarded:
+            headers = {**headers, **self.auth_headers(forwarded)}
+        elif endpoint.authorization and not self._secret:
+            headers = {**headers, "authorization": endpoint.authorization}
+        return headers, Redactor([self._secret, *endpoint.secrets, *bearer_secrets(forwarded)])
+
+    def error_decoder(self, redact: Redactor) -> Callable[[int, bytes], DragomanError]:
+        def decode(status: int, body: bytes) -> DragomanError:
+            return self.decode_error(status, redact.body(body))  # some servers quote the key they refused
+
+        return decode
+
+    async def _get_models_body(self, endpoint: Endpoint) -> bytes:
+        headers = {k: v for k, v in self.headers_for(endpoint)[0].items() if k != "content-type"}
+        client = self._clients.client_for(endpoint.url)
+        return await get_json_body(
+            client, endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT, max_bytes=self.settings.max_reply_bytes
+        )
+
+    async def _fetch_models(self) -> dict[str, ModelDetails]:
+        body = await self._get_models_body(self.pool.order()[0])
+        try:
+            return self.parse_models(body)
+        except RecursionError:
+            raise BackendError(f"the model list {TOO_DEEP}") from None
+
+
+def _redacted(event: Event, redact: Redactor) -> Event:
+    if isinstance(event, ErrorEvent) and redact:
+        return msgspec.structs.replace(event, message=redact.text(event.message))
+    return event
+
+
+
+__all__ = ["Call", "HttpUpstreamBackend", "StreamDecoder"]

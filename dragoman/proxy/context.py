@@ -1,0 +1,37 @@
+"""What a handler knows of its request beyond the body, given by Litestar's dependency
+injection so that every route reads it one way: the access record the logging
+middleware opened, and the client's credential to forward (``forward_auth``). The model
+table and the response store are the app's (dragoman/proxy/app.py)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import msgspec
+from litestar.di import Provide
+from litestar.types import Scope
+
+from dragoman.proxy.auth import client_authorization
+from dragoman.proxy.record import SCOPE_KEY, RequestRecord
+
+
+class ClientCredential(msgspec.Struct, frozen=True):
+    """The client's ``Authorization`` value (or its ``x-api-key`` as a bearer key) for an
+    upstream that forwards it; None when it sent neither."""
+
+    authorization: str | None
+
+
+def provide_record(scope: Scope) -> RequestRecord:
+    record: RequestRecord = cast("dict[str, Any]", scope)[SCOPE_KEY]  # the logging middleware's
+    return record
+
+
+def provide_credential(scope: Scope) -> ClientCredential:
+    return ClientCredential(client_authorization(scope))
+
+
+REQUEST_DEPENDENCIES = {
+    "record": Provide(provide_record, sync_to_thread=False),
+    "credential": Provide(provide_credential, sync_to_thread=False),
+}

@@ -1,0 +1,229 @@
+"""Per-request bounds, checked before any work: images, stop strings, prompt size,
+nesting of free-form JSON, the complexity of schemas compiled into grammars; and
+max_tokens against the context."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from dragoman.adapters.canonical import ChatRequest, CompletionRequest
+from dragoman.adapters.errors import DragomanError, RequestError
+from dragoman.adapters.json_depth import too_deep
+from dragoman.adapters.schema_budget import SchemaBudget, check_schemas
+from dragoman.config.schema import Limits
+from dragoman.proxy.record import Dialect
+
+R = TypeVar("R", ChatRequest, CompletionRequest)
+
+# How each dialect spells the fields the bounds name.
+_STOP_FIELD = {"openai": "stop", "ollama": "options.stop", "anthropic": "stop_sequences", "responses": "stop"}
+_SCHEMA_FIELD = {
+    "openai": "response_format.json_schema.schema", "ollama": "format",
+    "anthropic": "output_config.format.schema", "responses": "text.format.schema",
+}  # fmt: skip
+_TOOL_FIELD = {"anthropic": "tools[{}].input_schema", "responses": "tools[{}].parameters"}
+_CONVERSATION_FIELD = {"openai": "messages", "ollama": "messages", "anthropic": "messages", "responses": "input"}
+
+
+def _message_field(dialect: Dialect, index: int, role: str) -> str:
+    """Canonical message ``index`` is the client's own only in the chat dialects: an
+    Anthropic ``system`` or Responses ``instructions`` becomes a message, tool results
+    and calls become messages of their own. Elsewhere name the collection and role."""
+    if dialect in ("openai", "ollama"):
+        return f"messages[{index}].content"
+    if role == "system" and dialect == "anthropic":
+        return "system"
+    if role == "system" and index == 0:
+        return "instructions (or the system message that opens input)"
+    return f"{_CONVERSATION_FIELD[dialect]} ({role} message)"
+
+
+def _param(field: str) -> str:
+    """The path part of a field named by _message_field or _call_field."""
+    return field.split(" (", 1)[0]
+
+
+def _call_field(dialect: Dialect, index: int, position: int, call_id: str | None, name: str) -> str:
+    """Where a client wrote an earlier tool call's arguments (see _message_field)."""
+    if dialect in ("openai", "ollama"):
+        return f"messages[{index}].tool_calls[{position}].function.arguments"
+    which = f"id '{call_id}'" if call_id else f"name '{name}'"
+    if dialect == "anthropic":
+        return f"messages (tool_use block {which}).input"
+    return f"input (function_call {which}).arguments"
+
+
+class PayloadTooLarge(DragomanError):
+    status = 413
+
+
+def check_request(request: ChatRequest | CompletionRequest, limits: Limits) -> None:
+    """Refuse requests that carry more images or image bytes than allowed."""
+    if isinstance(request, ChatRequest):
+        images, param = [image for message in request.messages for image in message.images], "messages"
+    else:
+        images, param = request.images, "images"
+    if len(images) > limits.max_images:
+        raise RequestError(f"{param}: {len(images)} images in one request; the limit is {limits.max_images}", param=param)
+    total = sum(len(image.data) for image in images)
+    if total > limits.max_image_bytes:
+        raise PayloadTooLarge(f"{param}: images total {total} bytes; the limit is {limits.max_image_bytes}", param=param)
+
+
+def check_message_count(count: int, limits: Limits, field: str = "messages") -> None:
+    """Refuse a conversation longer than allowed before it is converted: the
+    conversion, the bounds below and the template all cost time per message."""
+    if count > limits.max_messages:
+        raise RequestError(
+            f"{field}: {count} messages in one request; the limit is {limits.max_messages} "
+            "(server.limits.max_messages)",
+            param=field,
+        )
+
+
+def check_prompts(count: int, limits: Limits) -> None:
+    """Refuse a ``/v1/completions`` prompt list longer than allowed, before any runs."""
+    if count > limits.max_prompts:
+        raise RequestError(f"prompt: {count} prompts in one request; the limit is {limits.max_prompts}", param="prompt")
+
+
+def clamp_to_context(request: R, context_length: int | None) -> R:
+    """The entry's ``context_length`` is the operator's memory bound, in every dialect:
+    a larger ``num_ctx`` is clamped to it (a prompt that does not fit is then refused
+    as it would be on ``/v1``), and so is a ``max_tokens`` beyond the whole context,
+    rather than reserving (and preallocating) what cannot be used."""
+    if context_length is None:
+        return request
+    changes = {
+        field: context_length
+        for field in ("num_ctx", "num_predict")
+        if (wanted := getattr(request.options, field)) is not None and wanted > context_length
+    }
+    if not changes:
+        return request
+    return msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, **changes))
+
+
+def check_request_shape(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
+    """Refuse what costs work in proportion to its size beyond ``limits`` (stop strings,
+    prompt characters, JSON nesting), with a 400 naming the field as ``dialect``
+    spells it and the ``server.limits`` key that sets the bound."""
+    _check_stop(request, limits, dialect)
+    _check_prompt(request, limits, dialect)
+    _check_depth(request, limits, dialect)
+
+
+def check_image_count(count: int, limits: Limits) -> None:
+    """The image limit for parts not decoded yet (URLs to fetch count too)."""
+    if count > limits.max_images:
+        raise RequestError(
+            f"messages: {count} images in one request; the limit is {limits.max_images} (server.limits.max_images)",
+            param="messages",
+        )
+
+
+def check_model_name(name: str, limits: Limits) -> None:
+    if len(name) > limits.max_model_name:
+        raise RequestError(
+            f"model: the name is {len(name)} characters long; the limit is {limits.max_model_name} "
+            "(server.limits.max_model_name)",
+            param="model",
+        )
+
+
+def _check_stop(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
+    stop = request.options.stop
+    if not stop:
+        return
+    field = _STOP_FIELD[dialect]
+    if len(stop) > limits.max_stop:
+        raise RequestError(
+            f"{field}: {len(stop)} stop strings; the limit is {limits.max_stop} (server.limits.max_stop)", param=field
+        )
+    for i, text in enumerate(stop):
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limits.max_stop_bytes:
+            raise RequestError(
+                f"{field}[{i}]: a stop string of {size} bytes; the limit is {limits.max_stop_bytes} "
+                "(server.limits.max_stop_bytes)",
+                param=f"{field}[{i}]",
+            )
+
+
+def _check_prompt(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
+    if isinstance(request, ChatRequest):
+        texts = [
+            (_message_field(dialect, i, m.role), sum(len(p.text) for p in m.parts if hasattr(p, "text")) + len(m.thinking or ""))
+            for i, m in enumerate(request.messages)
+        ]
+        everything = _CONVERSATION_FIELD[dialect]
+    else:
+        texts = [(f, len(getattr(request, f) or "")) for f in ("prompt", "suffix", "system")]
+        everything = "prompt"
+    total = 0
+    for field, size in texts:
+        if size > limits.max_message_chars:
+            raise RequestError(
+                f"{field}: {size} characters; the limit is {limits.max_message_chars} "
+                "(server.limits.max_message_chars)",
+                param=_param(field),
+            )
+        total += size
+    if total > limits.max_prompt_chars:
+        raise RequestError(
+            f"{everything}: {total} characters in all; the limit is {limits.max_prompt_chars} "
+            "(server.limits.max_prompt_chars)",
+            param=everything,
+        )
+
+
+def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
+    """Free-form JSON (schemas, arguments) is walked by templates, grammar compilers
+    and encoders that recurse; bound its nesting before any of them runs."""
+    limit = limits.max_json_depth
+    schema_field = _SCHEMA_FIELD[dialect]
+    found: list[tuple[str, Any]] = [(schema_field, request.response_format.schema)]
+    if isinstance(request, ChatRequest):
+        tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
+        found += [(tool_field.format(i), tool.parameters) for i, tool in enumerate(request.tools)]
+        found += [
+            (_call_field(dialect, i, j, call.id, call.name), call.arguments)
+            for i, message in enumerate(request.messages)
+            for j, call in enumerate(message.tool_calls)
+        ]
+    for field, value in found:
+        if value and too_deep(value, limit):
+            raise RequestError(
+                f"{field}: JSON nested more than {limit} levels deep (server.limits.max_json_depth)", param=_param(field)
+            )
+
+
+def check_grammars(request: ChatRequest | CompletionRequest, budget: SchemaBudget, dialect: str) -> None:
+    """The schemas a request would have compiled (structured output; the tools'
+    parameters when a call is forced) against the budget, before any work."""
+    schemas: list[tuple[str, object]] = []
+    if request.response_format.type == "json_schema" and request.response_format.schema is not None:
+        schemas.append((_SCHEMA_FIELD.get(dialect, "response_format"), request.response_format.schema))
+    if isinstance(request, ChatRequest) and (choice := request.tool_choice).mode in ("required", "function"):
+        tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
+        schemas += [
+            (tool_field.format(i), tool.parameters)
+            for i, tool in enumerate(request.tools)
+            if choice.mode == "required" or tool.name == choice.name
+        ]
+    check_schemas(schemas, budget)
+
+
+def page_limit(raw: str | None, *, default: int, maximum: int) -> int:
+    """A listing's ``limit`` query parameter, checked."""
+    if raw is None:
+        return default
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise RequestError(f"limit: must be an integer, got '{raw}'", param="limit") from None
+    if not 1 <= limit <= maximum:
+        raise RequestError(f"limit: must be between 1 and {maximum}, got {limit}", param="limit")
+    return limit

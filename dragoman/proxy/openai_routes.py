@@ -1,0 +1,110 @@
+"""OpenAI-dialect routes: ``/v1/chat/completions`` and ``/v1/models``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, Router, get, post
+from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, JSONBody
+from litestar.response import Stream
+
+from dragoman.adapters import openai
+from dragoman.adapters.errors import ModelNotFound
+from dragoman.adapters.openai.remote_images import image_part_count, remote_image_urls, with_fetched_images
+from dragoman.proxy import anthropic_routes
+from dragoman.proxy.chat import collect, encode_stream, start_chat
+from dragoman.proxy.limits import check_message_count
+from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
+from dragoman.proxy.models import ModelTable
+from dragoman.proxy.openapi_responses import OPENAI_CHAT, OPENAI_MODEL
+from dragoman.proxy.context import ClientCredential
+from dragoman.proxy.record import RequestRecord
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "dragoman"
+
+
+class ModelList(msgspec.Struct):
+    data: list[ModelCard]
+    object: str = "list"
+
+
+@post(
+    "/chat/completions",
+    status_code=200,
+    summary="Create chat completion",
+    description="OpenAI Chat Completions: JSON, or SSE when `stream` is true.",
+    tags=["OpenAI"],
+    responses=OPENAI_CHAT,
+)
+async def chat_completions(
+    request: Request[Any, Any, Any],
+    data: JSONBody[openai.ChatCompletionRequest],
+    models: NamedDependency[ModelTable],
+    record: NamedDependency[RequestRecord],
+    credential: NamedDependency[ClientCredential],
+) -> Response[bytes] | Stream:
+    check_message_count(len(data.messages), models.limits)
+    fetch = models.config.server.image_fetch
+    if fetch.enabled and (urls := remote_image_urls(data)):
+        check_before_fetching(models, data.model, image_part_count(data))
+        data = with_fetched_images(data, await fetch_as_data_uris(urls, fetch))
+    chat = await start_chat(
+        models, openai.to_canonical(data), record, authorization=credential.authorization
+    )
+    if data.stream:
+        include_usage = bool(data.stream_options and data.stream_options.include_usage)
+        encoder = openai.StreamEncoder(data.model, include_usage=include_usage)
+        return Stream(encode_stream(chat, encoder, record), media_type=encoder.media_type)
+    result = await collect(chat, record, request.receive)
+    return Response(openai.render_response(result, data.model), media_type="application/json")
+
+
+@get(
+    "/models",
+    summary="List models",
+    tags=["OpenAI"],
+    description="Anthropic's shape (`data`, `has_more`, `first_id`, `last_id`) when the request sends `anthropic-version`.",
+    responses={200: ResponseSpec(ModelList, description="The served names.", generate_examples=False)},
+)
+async def list_models(
+    request: Request[Any, Any, Any], models: NamedDependency[ModelTable], record: NamedDependency[RequestRecord]
+) -> Response[bytes]:
+    if record.dialect == "anthropic":
+        return _json(await anthropic_routes.model_page(models, dict(request.query_params)))
+    created = int(models.started.timestamp())
+    names = await models.listed_names()
+    cards = [ModelCard(id=name, created=created, owned_by=route.config.backend) for name, route, _ in names]
+    return _json(ModelList(data=cards))
+
+
+@get(
+    "/models/{model:path}",
+    summary="Retrieve a model",
+    tags=["OpenAI"],
+    responses={200: ResponseSpec(ModelCard, description="The model.", generate_examples=False), **OPENAI_MODEL},
+)
+async def retrieve_model(
+    model: FromPath[str], models: NamedDependency[ModelTable], record: NamedDependency[RequestRecord]
+) -> Response[bytes]:
+    name = model.lstrip("/")
+    if record.dialect == "anthropic":
+        return _json(anthropic_routes.model_info(models, name))
+    if not name:  # checked first: a catch-all pattern would match ""
+        raise ModelNotFound(name)
+    route, _ = models.lookup(name)  # raises 404 for unknown names
+    return _json(ModelCard(id=name, created=int(models.started.timestamp()), owned_by=route.config.backend))
+
+
+def _json(payload: msgspec.Struct) -> Response[bytes]:
+    return Response(msgspec.json.encode(payload), media_type="application/json")
+
+
+openai_router = Router(path="/v1", route_handlers=[chat_completions, list_models, retrieve_model])
