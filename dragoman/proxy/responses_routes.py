@@ -37,7 +37,7 @@ log = structlog.get_logger("dragoman.responses")
 
 MAX_ITEMS_PAGE = 100
 _item_list = msgspec.json.Decoder(list[dict[str, Any]])
-_response_decoder = msgspec.json.Decoder(wire.Response)
+_response_decoder = msgspec.json.Decoder(wire.ResponseOutput)
 
 
 class ResponseNotFound(DragomanError):
@@ -77,8 +77,8 @@ async def create_response(
     canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await _fetched(models, data.model, items))
     keep = data.store is not False and not isinstance(response_store, NoStore)
     context = msgspec.json.encode([*history, *(responses.stored_item(item) for item in items)]) if keep else b""
-    meta = responses.meta_for(data, store=keep)
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
+    meta = responses.meta_for(data, store=keep, used=canonical.options.merged(chat.route.config.defaults))
     if data.stream:
         encoder = responses.StreamEncoder(meta)
         frames = _stored_stream(chat, encoder, record, response_store if keep else None, context, owner)

@@ -36,7 +36,7 @@ def stored_item(item: wire.InputItem) -> dict[str, Any]:
     return raw
 
 
-def output_items(response: wire.Response) -> list[dict[str, Any]]:
+def output_items(response: wire.Response | wire.ResponseOutput) -> list[dict[str, Any]]:
     """A response's output, as input items of the next turn."""
     return [msgspec.to_builtins(item) for item in response.output]
 

@@ -25,6 +25,7 @@ from dragoman.adapters.canonical import (
     FinishReason,
     Logprobs,
     RoleStart,
+    SamplingOptions,
     ThinkingDelta,
     ToolCall,
     ToolCallDone,
@@ -59,8 +60,11 @@ class ResponseMeta(msgspec.Struct, frozen=True):
     tools: list[dict[str, Any]] = []
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    top_logprobs: int = 0
     text: wire.TextConfig | None = None
     reasoning: wire.ReasoningConfig | None = None
     truncation: str = "disabled"
@@ -70,19 +74,31 @@ class ResponseMeta(msgspec.Struct, frozen=True):
     metadata: dict[str, str] = {}
     user: str | None = None
     prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
     encrypted_reasoning: bool = False
 
 
-def meta_for(request: wire.ResponsesRequest, *, store: bool) -> ResponseMeta:
+# What OpenAI samples with when neither the request nor the model entry says.
+_DEFAULT_TEMPERATURE = 1.0
+_DEFAULT_TOP_P = 1.0
+
+
+def meta_for(request: wire.ResponsesRequest, *, store: bool, used: SamplingOptions | None = None) -> ResponseMeta:
+    """``used``: the sampling options the model ran with (the request's, filled from the
+    model entry's defaults), so the reply names the numbers, not nulls."""
+    used = used or SamplingOptions(temperature=request.temperature, top_p=request.top_p)
     return ResponseMeta(
         model=request.model,
         store=store,
         instructions=request.instructions,
-        tools=request.tools or [],
+        tools=echoed_tools(request.tools),
         tool_choice=request.tool_choice or "auto",
         parallel_tool_calls=request.parallel_tool_calls is not False,
-        temperature=request.temperature,
-        top_p=request.top_p,
+        temperature=_or(used.temperature, _DEFAULT_TEMPERATURE),
+        top_p=_or(used.top_p, _DEFAULT_TOP_P),
+        presence_penalty=_or(used.presence_penalty, 0.0),
+        frequency_penalty=_or(used.frequency_penalty, 0.0),
+        top_logprobs=request.top_logprobs or 0,
         text=request.text,
         reasoning=request.reasoning,
         truncation=request.truncation or "disabled",
@@ -92,8 +108,20 @@ def meta_for(request: wire.ResponsesRequest, *, store: bool) -> ResponseMeta:
         metadata=request.metadata or {},
         user=request.user,
         prompt_cache_key=request.prompt_cache_key,
+        safety_identifier=request.safety_identifier,
         encrypted_reasoning=ENCRYPTED_REASONING in (request.include or ()),
     )
+
+
+def echoed_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The tools as sent; a function tool without ``strict`` says ``strict: false`` (the
+    response object requires the field, and dragoman does not constrain a call's
+    arguments to its schema, so ``true`` would promise what is not done)."""
+    return [{**tool, "strict": False} if tool.get("type") == "function" and "strict" not in tool else tool for tool in tools or ()]
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def response_object(
@@ -127,11 +155,15 @@ def response_object(
         tool_choice=meta.tool_choice,
         tools=meta.tools,
         top_p=meta.top_p,
+        presence_penalty=meta.presence_penalty,
+        frequency_penalty=meta.frequency_penalty,
+        top_logprobs=meta.top_logprobs,
         truncation=meta.truncation,
         usage=_usage(usage) if usage is not None else None,
         user=meta.user,
         metadata=meta.metadata,
         prompt_cache_key=meta.prompt_cache_key,
+        safety_identifier=meta.safety_identifier,
     )
 
 

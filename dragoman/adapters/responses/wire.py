@@ -192,11 +192,14 @@ class Response(msgspec.Struct, kw_only=True):
     previous_response_id: str | None = None
     reasoning: ReasoningConfig = msgspec.field(default_factory=ReasoningConfig)
     store: bool = True
-    temperature: float | None = None
+    temperature: float = 1.0
     text: TextConfig = msgspec.field(default_factory=lambda: TextConfig(format=TextFormat(type="text")))
     tool_choice: str | dict[str, Any] = "auto"
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    top_p: float | None = None
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    top_logprobs: int = 0
     truncation: str = "disabled"
     usage: Usage | None = None
     user: str | None = None
@@ -204,6 +207,14 @@ class Response(msgspec.Struct, kw_only=True):
     background: bool = False
     service_tier: str = "default"
     prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+
+
+class ResponseOutput(msgspec.Struct):
+    """Only the output of a stored response: what the next turn reads back, whatever
+    version of the response object the row was written with."""
+
+    output: list[OutputItem] = msgspec.field(default_factory=list)
 
 
 # -- stream events -----------------------------------------------------------------------
