@@ -21,35 +21,21 @@ from litestar.params import FromPath, JSONBody
 from litestar.response import Stream
 
 from dragoman.adapters import responses
-from dragoman.adapters.errors import DragomanError, RequestError
+from dragoman.adapters.errors import RequestError
 from dragoman.adapters.responses import wire
-from dragoman.proxy.auth import key_owner
 from dragoman.proxy.context import ClientCredential
 from dragoman.proxy.chat import Chat, collect, encode_stream, start_chat
-from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from dragoman.proxy.limits import check_message_count, page_limit
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED, RESPONSES_ITEMS, RESPONSES_STORED
 from dragoman.proxy.record import RequestRecord
+from dragoman.proxy.response_context import ResponseNotFound, fetched_images, history_of, owner_of
 from dragoman.proxy.response_store import NoStore, ResponseStore, StoredResponse
 
 log = structlog.get_logger("dragoman.responses")
 
 MAX_ITEMS_PAGE = 100
 _item_list = msgspec.json.Decoder(list[dict[str, Any]])
-_response_decoder = msgspec.json.Decoder(wire.ResponseOutput)
-
-
-class ResponseNotFound(DragomanError):
-    status = 404
-
-    def __init__(self, response_id: str, param: str | None = None) -> None:
-        where = f"{param}: " if param else ""
-        super().__init__(
-            f"{where}response '{response_id}' not found (never stored, stored with store: false, expired or deleted)",
-            param=param,
-            code="response_not_found",
-        )
 
 
 @post(
@@ -68,13 +54,13 @@ async def create_response(
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
 ) -> Response[bytes] | Stream:
-    owner = _owner(request, models)
-    history = await _history(response_store, data.previous_response_id, owner)
+    owner = owner_of(request, models)
+    history = await history_of(response_store, data, owner)
     if skipped := responses.builtin_tools(data):
         log.info("built-in tools are not offered to the model", tools=skipped, model=data.model)
     items = responses.input_items(data)
     check_message_count(len(history) + len(items), models.limits, "input")
-    canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await _fetched(models, data.model, items))
+    canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await fetched_images(models, data.model, items))
     keep = data.store is not False and not isinstance(response_store, NoStore)
     context = msgspec.json.encode([*history, *(responses.stored_item(item) for item in items)]) if keep else b""
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
@@ -100,7 +86,7 @@ async def retrieve_response(
 ) -> Response[bytes]:
     if request.query_params.get("stream") in ("true", "1"):
         raise RequestError("stream: replaying a stored response as a stream is not supported; omit stream", param="stream")
-    stored = await response_store.get(response_id, _owner(request, models))
+    stored = await response_store.get(response_id, owner_of(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     return Response(stored.response, media_type="application/json")
@@ -116,7 +102,7 @@ async def delete_response(
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
 ) -> wire.Deleted:
-    if not await response_store.delete(response_id, _owner(request, models)):
+    if not await response_store.delete(response_id, owner_of(request, models)):
         raise ResponseNotFound(response_id)
     return wire.Deleted(id=response_id)
 
@@ -131,7 +117,7 @@ async def list_input_items(
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
 ) -> wire.ItemList:
-    stored = await response_store.get(response_id, _owner(request, models))
+    stored = await response_store.get(response_id, owner_of(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     query = request.query_params
@@ -155,30 +141,6 @@ async def list_input_items(
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def _owner(request: Request[Any, Any, Any], models: ModelTable) -> str:
-    return key_owner(request.scope, bool(models.config.api_keys))
-
-
-async def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
-    """The items an earlier response saw and produced, in order: only one of this key's."""
-    if previous_id is None:
-        return []
-    stored = await store.get(previous_id, owner)
-    if stored is None:
-        raise ResponseNotFound(previous_id, param="previous_response_id")
-    earlier = _response_decoder.decode(stored.response)
-    return [*_item_list.decode(stored.input), *responses.output_items(earlier)]
-
-
-async def _fetched(models: ModelTable, model: str, items: list[wire.InputItem]) -> dict[str, str]:
-    fetch = models.config.server.image_fetch
-    urls = responses.remote_image_urls(items) if fetch.enabled else []
-    if not urls:
-        return {}
-    check_before_fetching(models, model, len(responses.image_parts(items)))
-    return await fetch_as_data_uris(urls, fetch)
 
 
 async def _stored_stream(

@@ -1,0 +1,58 @@
+"""What a Responses request reads before the model runs, shared by ``/v1/responses``,
+``/v1/responses/input_tokens`` and the conversation routes: whose store rows it may see
+(``owner_of``), the earlier items it continues (``history_of``) and its fetched images."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request
+
+from dragoman.adapters import responses
+from dragoman.adapters.errors import DragomanError
+from dragoman.adapters.responses import wire
+from dragoman.proxy.auth import key_owner
+from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
+from dragoman.proxy.models import ModelTable
+from dragoman.proxy.response_store import ResponseStore
+
+_item_list = msgspec.json.Decoder(list[dict[str, Any]])
+_output_decoder = msgspec.json.Decoder(wire.ResponseOutput)
+
+
+class ResponseNotFound(DragomanError):
+    status = 404
+
+    def __init__(self, response_id: str, param: str | None = None) -> None:
+        where = f"{param}: " if param else ""
+        super().__init__(
+            f"{where}response '{response_id}' not found (never stored, stored with store: false, expired or deleted)",
+            param=param,
+            code="response_not_found",
+        )
+
+
+def owner_of(request: Request[Any, Any, Any], models: ModelTable) -> str:
+    return key_owner(request.scope, bool(models.config.api_keys))
+
+
+async def history_of(store: ResponseStore, request: wire.ResponsesRequest, owner: str) -> list[dict[str, Any]]:
+    """The items an earlier response saw and produced, in order: only one of this key's."""
+    previous_id = request.previous_response_id
+    if previous_id is None:
+        return []
+    stored = await store.get(previous_id, owner)
+    if stored is None:
+        raise ResponseNotFound(previous_id, param="previous_response_id")
+    earlier = _output_decoder.decode(stored.response)
+    return [*_item_list.decode(stored.input), *responses.output_items(earlier)]
+
+
+async def fetched_images(models: ModelTable, model: str, items: list[wire.InputItem]) -> dict[str, str]:
+    fetch = models.config.server.image_fetch
+    urls = responses.remote_image_urls(items) if fetch.enabled else []
+    if not urls:
+        return {}
+    check_before_fetching(models, model, len(responses.image_parts(items)))
+    return await fetch_as_data_uris(urls, fetch)
