@@ -12,10 +12,12 @@ from litestar import Request
 from dragoman.adapters import responses
 from dragoman.adapters.errors import DragomanError
 from dragoman.adapters.responses import wire
+from dragoman.adapters.responses.conversations import conversation_id
 from dragoman.proxy.auth import key_owner
 from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from dragoman.proxy.models import ModelTable
-from dragoman.proxy.response_store import ResponseStore
+from dragoman.proxy import conversations
+from dragoman.proxy.response_store import ResponseStore, StoredResponse
 
 _item_list = msgspec.json.Decoder(list[dict[str, Any]])
 _output_decoder = msgspec.json.Decoder(wire.ResponseOutput)
@@ -37,12 +39,20 @@ def owner_of(request: Request[Any, Any, Any], models: ModelTable) -> str:
     return key_owner(request.scope, bool(models.config.api_keys))
 
 
+async def get_response(store: ResponseStore, response_id: str, owner: str) -> StoredResponse | None:
+    """A stored response of this key's (a conversation's row, in the same store, is not one)."""
+    return None if conversations.is_conversation(response_id) else await store.get(response_id, owner)
+
+
 async def history_of(store: ResponseStore, request: wire.ResponsesRequest, owner: str) -> list[dict[str, Any]]:
-    """The items an earlier response saw and produced, in order: only one of this key's."""
+    """The items the turn continues, in order: an earlier response's (what it saw and
+    produced) or a conversation's; only ever this key's."""
+    if (conversation := conversation_id(request)) is not None:
+        return (await conversations.load(store, conversation, owner, param="conversation"))[1]
     previous_id = request.previous_response_id
     if previous_id is None:
         return []
-    stored = await store.get(previous_id, owner)
+    stored = await get_response(store, previous_id, owner)
     if stored is None:
         raise ResponseNotFound(previous_id, param="previous_response_id")
     earlier = _output_decoder.decode(stored.response)

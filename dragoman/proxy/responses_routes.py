@@ -29,7 +29,8 @@ from dragoman.proxy.limits import check_message_count, page_limit
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED, RESPONSES_ITEMS, RESPONSES_STORED
 from dragoman.proxy.record import RequestRecord
-from dragoman.proxy.response_context import ResponseNotFound, fetched_images, history_of, owner_of
+from dragoman.proxy.conversations import append_turn, is_conversation
+from dragoman.proxy.response_context import ResponseNotFound, fetched_images, get_response, history_of, owner_of
 from dragoman.proxy.response_store import NoStore, ResponseStore, StoredResponse
 
 log = structlog.get_logger("dragoman.responses")
@@ -62,18 +63,23 @@ async def create_response(
     check_message_count(len(history) + len(items), models.limits, "input")
     canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await fetched_images(models, data.model, items))
     keep = data.store is not False and not isinstance(response_store, NoStore)
-    context = msgspec.json.encode([*history, *(responses.stored_item(item) for item in items)]) if keep else b""
+    turn = [responses.stored_item(item) for item in items]
+    context = msgspec.json.encode([*history, *turn]) if keep else b""
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
     meta = responses.meta_for(data, store=keep, used=canonical.options.merged(chat.route.config.defaults))
     if data.stream:
         encoder = responses.StreamEncoder(meta)
         frames = _stored_stream(chat, encoder, record, response_store if keep else None, context, owner)
+        if meta.conversation is not None:
+            frames = _added_to_conversation(frames, encoder, response_store, meta.conversation, owner, turn)
         return Stream(frames, media_type=encoder.media_type)
     result = await collect(chat, record, request.receive)
     reply = responses.build_response(result, meta)
     body = responses.encode_response(reply)
     if keep and not await _store(response_store, reply.id, body, context, owner):
         body = responses.encode_response(msgspec.structs.replace(reply, store=False))
+    if meta.conversation is not None:
+        await append_turn(response_store, meta.conversation, owner, [*turn, *responses.output_items(reply)])
     return Response(body, media_type="application/json")
 
 
@@ -86,7 +92,7 @@ async def retrieve_response(
 ) -> Response[bytes]:
     if request.query_params.get("stream") in ("true", "1"):
         raise RequestError("stream: replaying a stored response as a stream is not supported; omit stream", param="stream")
-    stored = await response_store.get(response_id, owner_of(request, models))
+    stored = await get_response(response_store, response_id, owner_of(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     return Response(stored.response, media_type="application/json")
@@ -102,7 +108,7 @@ async def delete_response(
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
 ) -> wire.Deleted:
-    if not await response_store.delete(response_id, owner_of(request, models)):
+    if is_conversation(response_id) or not await response_store.delete(response_id, owner_of(request, models)):
         raise ResponseNotFound(response_id)
     return wire.Deleted(id=response_id)
 
@@ -117,7 +123,7 @@ async def list_input_items(
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
 ) -> wire.ItemList:
-    stored = await response_store.get(response_id, owner_of(request, models))
+    stored = await get_response(response_store, response_id, owner_of(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     query = request.query_params
@@ -157,6 +163,19 @@ async def _stored_stream(
             stored = True  # before the frame that ends the stream goes out
             if not await _store(store, encoder.final.id, responses.encode_response(encoder.final), context, owner):
                 frame = encoder.unstored(frame)
+        yield frame
+
+
+async def _added_to_conversation(
+    frames: AsyncIterator[bytes], encoder: responses.StreamEncoder, store: ResponseStore, conversation: str, owner: str,
+    turn: list[dict[str, Any]],
+) -> AsyncIterator[bytes]:
+    """The stream, with the turn added to its conversation before the frame that ends it."""
+    added = False
+    async for frame in frames:
+        if not added and encoder.final is not None:
+            added = True
+            await append_turn(store, conversation, owner, [*turn, *responses.output_items(encoder.final)])
         yield frame
 
 

@@ -160,7 +160,6 @@ REFUSALS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("bad tool_choice string", {"tool_choice": "sometimes"}, RequestError, "tool_choice"),
     ("function tool without a name", {"tools": [{"type": "function"}]}, RequestError, "tools[0].name"),
     ("background", {"background": True}, UnsupportedFeature, "background"),
-    ("conversation", {"conversation": "conv_1"}, UnsupportedFeature, "conversation"),
     ("stored prompt", {"prompt": {"id": "pmpt_1"}}, UnsupportedFeature, "prompt"),
     ("logprobs", {"include": ["message.output_text.logprobs"]}, UnsupportedFeature, "include[0]"),
     ("unknown include", {"include": ["everything"]}, RequestError, "include[0]"),

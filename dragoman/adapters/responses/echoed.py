@@ -25,7 +25,7 @@ _encoder = msgspec.json.Encoder()
 
 
 def check_echoed(request: wire.ResponsesRequest) -> None:
-    _check_metadata(request.metadata)
+    check_metadata(request.metadata)
     builtin = [tool for tool in request.tools or () if tool.get("type") != "function"]
     if builtin and (size := len(_encoder.encode(builtin))) > MAX_BUILTIN_TOOLS_BYTES:
         raise RequestError(
@@ -39,7 +39,7 @@ def check_echoed(request: wire.ResponsesRequest) -> None:
             raise RequestError(f"{field}: {len(value)} characters; the limit is {MAX_IDENTIFIER}", param=field)
 
 
-def _check_metadata(metadata: dict[str, str] | None) -> None:
+def check_metadata(metadata: dict[str, str] | None) -> None:
     if not metadata:
         return
     if len(metadata) > MAX_METADATA_PAIRS:

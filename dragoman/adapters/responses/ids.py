@@ -17,6 +17,10 @@ def new_response_id() -> str:
     return _new("resp_")
 
 
+def new_conversation_id() -> str:
+    return _new("conv_")
+
+
 def new_message_id() -> str:
     return _new("msg_")
 

@@ -35,6 +35,7 @@ from dragoman.adapters.canonical import (
 from dragoman.adapters.errors import ContextTooLong, DragomanError, error_for_status
 from dragoman.adapters.fragments import CallOpened, FragmentOpener, Step
 from dragoman.adapters.responses import wire
+from dragoman.adapters.responses.conversations import conversation_id
 from dragoman.adapters.responses.convert import ENCRYPTED_REASONING
 from dragoman.adapters.responses.ids import (
     encode_reasoning,
@@ -75,6 +76,7 @@ class ResponseMeta(msgspec.Struct, frozen=True):
     user: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    conversation: str | None = None
     encrypted_reasoning: bool = False
 
 
@@ -109,6 +111,7 @@ def meta_for(request: wire.ResponsesRequest, *, store: bool, used: SamplingOptio
         user=request.user,
         prompt_cache_key=request.prompt_cache_key,
         safety_identifier=request.safety_identifier,
+        conversation=conversation_id(request),
         encrypted_reasoning=ENCRYPTED_REASONING in (request.include or ()),
     )
 
@@ -164,6 +167,7 @@ def response_object(
         metadata=meta.metadata,
         prompt_cache_key=meta.prompt_cache_key,
         safety_identifier=meta.safety_identifier,
+        conversation=wire.ConversationRef(meta.conversation) if meta.conversation else None,
     )
 
 

@@ -175,6 +175,12 @@ class IncompleteDetails(msgspec.Struct):
     reason: str
 
 
+class ConversationRef(msgspec.Struct):
+    """``conversation`` on a response object: the conversation the turn was added to."""
+
+    id: str
+
+
 class Response(msgspec.Struct, kw_only=True):
     id: str
     object: Literal["response"] = "response"
@@ -208,6 +214,7 @@ class Response(msgspec.Struct, kw_only=True):
     service_tier: str = "default"
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    conversation: ConversationRef | None = None
 
 
 class ResponseOutput(msgspec.Struct):
