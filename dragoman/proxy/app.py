@@ -33,6 +33,7 @@ from dragoman.proxy.response_store import ResponseStore, open_store
 from dragoman.proxy.responses_routes import responses_router
 from dragoman.proxy.input_tokens_routes import input_tokens_router
 from dragoman.proxy.conversation_routes import conversation_router
+from dragoman.proxy.background import background_router
 from dragoman.proxy.strict_body import StrictBodyRequest
 from dragoman.proxy.version import __version__
 
@@ -69,7 +70,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     server = config.server
     middleware: list[Any] = []
     routes: list[Any] = [
-        openai_router, anthropic_router, responses_router, input_tokens_router, conversation_router, ollama_router, completion_router, embedding_router,
+        openai_router, anthropic_router, responses_router, input_tokens_router, conversation_router, background_router, ollama_router, completion_router, embedding_router,
         model_admin_router, health_router, metrics_route(metrics),
     ]
     open_paths = list(server.open_paths)

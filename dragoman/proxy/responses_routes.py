@@ -10,7 +10,8 @@ from the stored items; a missing or expired id is a 404 before any work starts.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from functools import partial
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import msgspec
@@ -29,6 +30,8 @@ from dragoman.proxy.limits import check_message_count, page_limit
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED, RESPONSES_ITEMS, RESPONSES_STORED
 from dragoman.proxy.record import RequestRecord
+from dragoman.adapters.responses.conversations import conversation_id
+from dragoman.proxy import background
 from dragoman.proxy.conversations import append_turn, is_conversation
 from dragoman.proxy.response_context import ResponseNotFound, fetched_images, get_response, history_of, owner_of
 from dragoman.proxy.response_store import NoStore, ResponseStore, StoredResponse
@@ -65,14 +68,25 @@ async def create_response(
     keep = data.store is not False and not isinstance(response_store, NoStore)
     turn = [responses.stored_item(item) for item in items]
     context = msgspec.json.encode([*history, *turn]) if keep else b""
+    conversation = conversation_id(data)
+
+    def pipeline(chat: Chat, encoder: responses.StreamEncoder, record: RequestRecord) -> AsyncGenerator[bytes, None]:
+        frames = _stored_stream(chat, encoder, record, response_store if keep else None, context, owner)
+        if conversation is not None:
+            frames = _added_to_conversation(frames, encoder, response_store, conversation, owner, turn)
+        return frames
+
+    if data.background:
+        background.check_background(data, keep)
+        keep_cancelled = partial(_keep_response, response_store, context=context, owner=owner)
+        return await background.start(
+            request, data, models, canonical, pipeline, owner, credential.authorization, record, keep_cancelled
+        )
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
     meta = responses.meta_for(data, store=keep, used=canonical.options.merged(chat.route.config.defaults))
     if data.stream:
         encoder = responses.StreamEncoder(meta)
-        frames = _stored_stream(chat, encoder, record, response_store if keep else None, context, owner)
-        if meta.conversation is not None:
-            frames = _added_to_conversation(frames, encoder, response_store, meta.conversation, owner, turn)
-        return Stream(frames, media_type=encoder.media_type)
+        return Stream(pipeline(chat, encoder, record), media_type=encoder.media_type)
     result = await collect(chat, record, request.receive)
     reply = responses.build_response(result, meta)
     body = responses.encode_response(reply)
@@ -89,12 +103,17 @@ async def retrieve_response(
     response_id: FromPath[str],
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
-) -> Response[bytes]:
-    if request.query_params.get("stream") in ("true", "1"):
-        raise RequestError("stream: replaying a stored response as a stream is not supported; omit stream", param="stream")
+) -> Response[bytes] | Stream:
+    if (run := background.runs_of(request).get(response_id, owner_of(request, models))) is not None:
+        return background.answer(run, request.query_params)
     stored = await get_response(response_store, response_id, owner_of(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
+    if request.query_params.get("stream") in ("true", "1"):
+        raise RequestError(
+            "stream: only a background response, while it runs and for a while after, can be streamed again; omit stream",
+            param="stream",
+        )
     return Response(stored.response, media_type="application/json")
 
 
@@ -156,7 +175,7 @@ async def _stored_stream(
     store: ResponseStore | None,
     context: bytes,
     owner: str,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     stored = False
     async for frame in encode_stream(chat, encoder, record):
         if store is not None and not stored and encoder.final is not None:
@@ -169,7 +188,7 @@ async def _stored_stream(
 async def _added_to_conversation(
     frames: AsyncIterator[bytes], encoder: responses.StreamEncoder, store: ResponseStore, conversation: str, owner: str,
     turn: list[dict[str, Any]],
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The stream, with the turn added to its conversation before the frame that ends it."""
     added = False
     async for frame in frames:
@@ -177,6 +196,10 @@ async def _added_to_conversation(
             added = True
             await append_turn(store, conversation, owner, [*turn, *responses.output_items(encoder.final)])
         yield frame
+
+
+async def _keep_response(store: ResponseStore, final: wire.Response, *, context: bytes, owner: str) -> bool:
+    return await _store(store, final.id, responses.encode_response(final), context, owner)
 
 
 async def _store(store: ResponseStore, response_id: str, body: bytes, context: bytes, owner: str) -> bool:

@@ -159,7 +159,6 @@ REFUSALS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("required without function tools", {"tools": [WEB], "tool_choice": "required"}, RequestError, "tool_choice"),
     ("bad tool_choice string", {"tool_choice": "sometimes"}, RequestError, "tool_choice"),
     ("function tool without a name", {"tools": [{"type": "function"}]}, RequestError, "tools[0].name"),
-    ("background", {"background": True}, UnsupportedFeature, "background"),
     ("stored prompt", {"prompt": {"id": "pmpt_1"}}, UnsupportedFeature, "prompt"),
     ("logprobs", {"include": ["message.output_text.logprobs"]}, UnsupportedFeature, "include[0]"),
     ("unknown include", {"include": ["everything"]}, RequestError, "include[0]"),

@@ -49,9 +49,9 @@ def test_conversation_and_items_crud(server: RunningServer) -> None:
     added = alice.conversations.items.create(made.id, items=[_message("user", "third")])
     assert [item.type for item in added.data] == ["message"]
     listed = alice.conversations.items.list(made.id, order="asc")
-    texts = [item.content[0].text for item in listed.data]  # type: ignore[union-attr]
+    texts = [item.content[0].text for item in listed.data]
     assert texts == ["hello", "hi there", "third"]
-    assert [item.content[0].type for item in listed.data] == ["input_text", "output_text", "input_text"]  # type: ignore[union-attr]
+    assert [item.content[0].type for item in listed.data] == ["input_text", "output_text", "input_text"]
 
     page = alice.conversations.items.list(made.id, limit=2)  # desc by default
     assert [i.id for i in page.data] == [listed.data[2].id, listed.data[1].id] and page.has_more
@@ -84,7 +84,7 @@ def test_turns_are_added_to_the_conversation(server: RunningServer) -> None:
     assert kinds == [("message", "user"), ("message", "assistant"), ("message", "user"), ("message", "assistant")]
     assert items[1].id == first.output[0].id and items[3].id == second.output[0].id
     # The second turn saw the first: its stored input holds all three earlier messages.
-    seen = [i.content[0].text for i in alice.responses.input_items.list(second.id, order="asc").data]  # type: ignore[union-attr]
+    seen = [i.content[0].text for i in alice.responses.input_items.list(second.id, order="asc").data]
     assert seen[0] == "my name is Ada" and seen[-1] == "what is my name?" and len(seen) == 3
 
 
@@ -123,7 +123,7 @@ def test_errors_name_the_field(server: RunningServer) -> None:
         alice.conversations.items.create(conversation.id, items=[_message("user", "x")] * 21)
     assert many.value.param == "items" and "20" in many.value.message
     with pytest.raises(openai.BadRequestError) as bad_item:
-        alice.conversations.create(items=[{"type": "item_reference", "id": "msg_1"}])  # type: ignore[list-item]
+        alice.conversations.create(items=[{"type": "item_reference", "id": "msg_1"}])
     assert bad_item.value.param is not None and bad_item.value.param.startswith("items[0]")
     with pytest.raises(openai.BadRequestError) as metadata:
         alice.conversations.update(conversation.id, metadata={f"k{i}": "v" for i in range(17)})

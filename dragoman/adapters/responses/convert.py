@@ -114,8 +114,6 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[Tool]:
 
 
 def _refuse_unsupported(request: wire.ResponsesRequest) -> None:
-    if request.background:
-        raise UnsupportedFeature("background: background responses are not supported; omit it or send false", param="background")
     if request.prompt is not None:
         raise UnsupportedFeature("prompt: stored prompt templates are not supported; send instructions and input", param="prompt")
     if request.top_logprobs:

@@ -77,6 +77,7 @@ class ResponseMeta(msgspec.Struct, frozen=True):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
     conversation: str | None = None
+    background: bool = False
     encrypted_reasoning: bool = False
 
 
@@ -112,6 +113,7 @@ def meta_for(request: wire.ResponsesRequest, *, store: bool, used: SamplingOptio
         prompt_cache_key=request.prompt_cache_key,
         safety_identifier=request.safety_identifier,
         conversation=conversation_id(request),
+        background=request.background is True,
         encrypted_reasoning=ENCRYPTED_REASONING in (request.include or ()),
     )
 
@@ -131,7 +133,7 @@ def response_object(
     meta: ResponseMeta,
     response_id: str,
     created_at: int,
-    status: Literal["completed", "failed", "in_progress", "incomplete"],
+    status: Literal["completed", "failed", "in_progress", "incomplete", "queued", "cancelled"],
     output: list[wire.OutputItem] | None = None,
     usage: Usage | None = None,
     error: DragomanError | None = None,
@@ -168,6 +170,7 @@ def response_object(
         prompt_cache_key=meta.prompt_cache_key,
         safety_identifier=meta.safety_identifier,
         conversation=wire.ConversationRef(meta.conversation) if meta.conversation else None,
+        background=meta.background,
     )
 
 

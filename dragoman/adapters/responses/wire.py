@@ -185,7 +185,7 @@ class Response(msgspec.Struct, kw_only=True):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["completed", "failed", "in_progress", "incomplete"]
+    status: Literal["completed", "failed", "in_progress", "incomplete", "queued", "cancelled"]
     completed_at: int | None = None
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
