@@ -34,6 +34,7 @@ from dragoman.proxy.responses_routes import responses_router
 from dragoman.proxy.input_tokens_routes import input_tokens_router
 from dragoman.proxy.conversation_routes import conversation_router
 from dragoman.proxy.background import background_router
+from dragoman.proxy.compaction_routes import compaction_router
 from dragoman.proxy.strict_body import StrictBodyRequest
 from dragoman.proxy.version import __version__
 
@@ -70,7 +71,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     server = config.server
     middleware: list[Any] = []
     routes: list[Any] = [
-        openai_router, anthropic_router, responses_router, input_tokens_router, conversation_router, background_router, ollama_router, completion_router, embedding_router,
+        openai_router, anthropic_router, responses_router, input_tokens_router, conversation_router, background_router, compaction_router, ollama_router, completion_router, embedding_router,
         model_admin_router, health_router, metrics_route(metrics),
     ]
     open_paths = list(server.open_paths)

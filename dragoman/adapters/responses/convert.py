@@ -33,7 +33,7 @@ from dragoman.adapters.images import decode_image_data_uri
 from dragoman.adapters.openai.convert import request_arguments
 from dragoman.adapters.responses import wire
 from dragoman.adapters.responses.echoed import check_echoed
-from dragoman.adapters.responses.ids import decode_reasoning
+from dragoman.adapters.responses.ids import decode_compaction, decode_reasoning
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 # Accepted values of ``include``; only the first changes anything here (the others ask
@@ -228,11 +228,13 @@ def _messages(items: list[wire.InputItem], where: str, fetched: Mapping[str, str
             if thinking:
                 assistant = turns.assistant()
                 assistant.thinking = (assistant.thinking or "") + thinking
+        elif kind == "compaction":
+            turns.add(Message(role="system", parts=[TextPart(COMPACTED_INTRO + _compaction_summary(item, path))]))
         elif kind is None:
             raise RequestError(f"{path}.type: field required (or a role, for a message)", param=f"{path}.type")
         else:
             param = f"{path}.type"
-            allowed = "message, function_call, function_call_output, reasoning"
+            allowed = "message, function_call, function_call_output, reasoning, compaction"
             raise UnsupportedFeature(f"{param}: unsupported item type '{kind}'; allowed: {allowed}", param=param)
     return turns.out
 
@@ -264,6 +266,22 @@ def _call_output(item: wire.InputItem, path: str, turns: _Turns, fetched: Mappin
         raise RequestError(f"{path}.output: field required for a function_call_output", param=f"{path}.output")
     parts = _parts(item.output, f"{path}.output", fetched, assistant=False)
     return Message(role="tool", parts=parts, tool_call_id=item.call_id, tool_name=turns.called(item.call_id))
+
+
+# How a compaction item reaches the model: a system message in its place.
+COMPACTED_INTRO = "Summary of the earlier conversation (compacted):\n"
+
+
+def _compaction_summary(item: wire.InputItem, path: str) -> str:
+    summary = decode_compaction(item.encrypted_content)
+    if summary is None:
+        param = f"{path}.encrypted_content"
+        raise UnsupportedFeature(
+            f"{param}: this compaction item was not made here (another server's encrypted content cannot be read); "
+            "send the items it replaced instead",
+            param=param,
+        )
+    return summary
 
 
 def _reasoning_text(item: wire.InputItem) -> str:

@@ -21,6 +21,10 @@ def new_conversation_id() -> str:
     return _new("conv_")
 
 
+def new_compaction_id() -> str:
+    return _new("cmp_")
+
+
 def new_message_id() -> str:
     return _new("msg_")
 
@@ -54,5 +58,24 @@ def decode_reasoning(token: str | None) -> str | None:
         return None
     try:
         return base64.b64decode(token[len(ENCRYPTED_PREFIX) :], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+COMPACTION_PREFIX = "dragoman-compaction:v1:"
+
+
+def encode_compaction(summary: str) -> str:
+    """A compaction item's ``encrypted_content``: the summary the model wrote, encoded
+    (not secret); the next turn reads it back as the earlier conversation."""
+    return COMPACTION_PREFIX + base64.b64encode(summary.encode("utf-8")).decode("ascii")
+
+
+def decode_compaction(token: str | None) -> str | None:
+    """The summary in one of our compaction items; None for another server's."""
+    if not token or not token.startswith(COMPACTION_PREFIX):
+        return None
+    try:
+        return base64.b64decode(token[len(COMPACTION_PREFIX) :], validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return None

@@ -9,11 +9,11 @@ from typing import Any
 import msgspec
 
 from dragoman.adapters.responses import wire
-from dragoman.adapters.responses.ids import new_function_call_id, new_message_id, new_output_id, new_reasoning_id
+from dragoman.adapters.responses.ids import new_compaction_id, new_function_call_id, new_message_id, new_output_id, new_reasoning_id
 
 _item_list = msgspec.json.Decoder(list[wire.InputItem])
 _IDS = {"message": new_message_id, "function_call": new_function_call_id,
-        "function_call_output": new_output_id, "reasoning": new_reasoning_id}  # fmt: skip
+        "function_call_output": new_output_id, "reasoning": new_reasoning_id, "compaction": new_compaction_id}  # fmt: skip
 
 
 def stored_item(item: wire.InputItem) -> dict[str, Any]:

@@ -147,7 +147,16 @@ class ReasoningItem(msgspec.Struct, tag="reasoning", tag_field="type", kw_only=T
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-OutputItem = MessageItem | FunctionCallItem | ReasoningItem
+class CompactionItem(msgspec.Struct, tag="compaction", tag_field="type", kw_only=True, omit_defaults=True):
+    """What ``/v1/responses/compact`` (or ``context_management``) makes of earlier items:
+    here, a summary the model wrote of them, encoded in ``encrypted_content``."""
+
+    id: str
+    encrypted_content: str
+    created_by: str | None = None
+
+
+OutputItem = MessageItem | FunctionCallItem | ReasoningItem | CompactionItem
 
 
 class InputTokensDetails(msgspec.Struct, frozen=True):
