@@ -136,7 +136,7 @@ def check_background(data: wire.ResponsesRequest, keep: bool) -> None:
 async def start(
     request: Request[Any, Any, Any], data: wire.ResponsesRequest, table: ModelTable, canonical: ChatRequest,
     pipeline: FramePipeline, owner: str, authorization: str | None, foreground: RequestRecord,
-    keep_cancelled: Callable[[wire.Response], Awaitable[Any]],
+    keep_cancelled: Callable[[wire.Response], Awaitable[Any]], compaction: wire.CompactionItem | None = None,
 ) -> Response[bytes] | Stream:
     """Answer with the queued response (or, with ``stream``, the run's events as they
     come) and run the model in a task."""
@@ -149,7 +149,7 @@ async def start(
     runs_of(request).admit(run)
     record = RequestRecord(f"{foreground.request_id}-background", "POST", "/v1/responses", "responses")
     metrics = request.app.state.get("metrics")
-    run.task = asyncio.create_task(_run(run, table, data, canonical, pipeline, record, authorization, metrics))
+    run.task = asyncio.create_task(_run(run, table, data, canonical, pipeline, record, authorization, metrics, compaction))
     if data.stream:
         return Stream(run.events_after(-1), media_type=responses.StreamEncoder.media_type)
     return Response(responses.encode_response(queued), media_type="application/json")
@@ -158,11 +158,13 @@ async def start(
 async def _run(
     run: BackgroundRun, table: ModelTable, data: wire.ResponsesRequest, canonical: ChatRequest,
     pipeline: FramePipeline, record: RequestRecord, authorization: str | None, metrics: Any,
+    compaction: wire.CompactionItem | None,
 ) -> None:
     encoder: responses.StreamEncoder | None = None
     try:
         chat = await start_chat(table, canonical, record, authorization=authorization)
-        meta = responses.meta_for(data, store=True, used=canonical.options.merged(chat.route.config.defaults))
+        used = canonical.options.merged(chat.route.config.defaults)
+        meta = responses.meta_for(data, store=True, used=used, compaction=compaction)
         encoder = responses.StreamEncoder(meta)
         encoder.id, encoder.created_at = run.id, run.snapshot.created_at
         run.snapshot = responses.response_object(meta, run.id, run.snapshot.created_at, "in_progress")

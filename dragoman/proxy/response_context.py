@@ -12,6 +12,7 @@ from litestar import Request
 from dragoman.adapters import responses
 from dragoman.adapters.errors import DragomanError
 from dragoman.adapters.responses import wire
+from dragoman.adapters.responses.compaction import latest_compaction_view
 from dragoman.adapters.responses.conversations import conversation_id
 from dragoman.proxy.auth import key_owner
 from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
@@ -48,7 +49,7 @@ async def history_of(store: ResponseStore, request: wire.ResponsesRequest, owner
     """The items the turn continues, in order: an earlier response's (what it saw and
     produced) or a conversation's; only ever this key's."""
     if (conversation := conversation_id(request)) is not None:
-        return (await conversations.load(store, conversation, owner, param="conversation"))[1]
+        return latest_compaction_view((await conversations.load(store, conversation, owner, param="conversation"))[1])
     previous_id = request.previous_response_id
     if previous_id is None:
         return []
@@ -56,7 +57,7 @@ async def history_of(store: ResponseStore, request: wire.ResponsesRequest, owner
     if stored is None:
         raise ResponseNotFound(previous_id, param="previous_response_id")
     earlier = _output_decoder.decode(stored.response)
-    return [*_item_list.decode(stored.input), *responses.output_items(earlier)]
+    return latest_compaction_view([*_item_list.decode(stored.input), *responses.output_items(earlier)])
 
 
 async def fetched_images(models: ModelTable, model: str, items: list[wire.InputItem]) -> dict[str, str]:

@@ -32,6 +32,7 @@ from dragoman.proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED
 from dragoman.proxy.record import RequestRecord
 from dragoman.adapters.responses.conversations import conversation_id
 from dragoman.proxy import background
+from dragoman.proxy.auto_compaction import compact_if_over
 from dragoman.proxy.conversations import append_turn, is_conversation
 from dragoman.proxy.response_context import ResponseNotFound, fetched_images, get_response, history_of, owner_of
 from dragoman.proxy.response_store import NoStore, ResponseStore, StoredResponse
@@ -64,10 +65,15 @@ async def create_response(
         log.info("built-in tools are not offered to the model", tools=skipped, model=data.model)
     items = responses.input_items(data)
     check_message_count(len(history) + len(items), models.limits, "input")
-    canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), await fetched_images(models, data.model, items))
+    fetched = await fetched_images(models, data.model, items)
+    canonical = responses.to_canonical(data, responses.decode_items(msgspec.json.encode(history)), fetched)
     keep = data.store is not False and not isinstance(response_store, NoStore)
     turn = [responses.stored_item(item) for item in items]
-    context = msgspec.json.encode([*history, *turn]) if keep else b""
+    seen = [*history, *turn]
+    compacted = await compact_if_over(models, data, canonical, seen, record, request.receive, credential.authorization, fetched)
+    if compacted is not None:
+        seen, canonical = compacted.items, compacted.canonical
+    context = msgspec.json.encode(seen) if keep else b""
     conversation = conversation_id(data)
 
     def pipeline(chat: Chat, encoder: responses.StreamEncoder, record: RequestRecord) -> AsyncGenerator[bytes, None]:
@@ -80,10 +86,12 @@ async def create_response(
         background.check_background(data, keep)
         keep_cancelled = partial(_keep_response, response_store, context=context, owner=owner)
         return await background.start(
-            request, data, models, canonical, pipeline, owner, credential.authorization, record, keep_cancelled
+            request, data, models, canonical, pipeline, owner, credential.authorization, record, keep_cancelled,
+            compaction=compacted.item if compacted else None,
         )
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
-    meta = responses.meta_for(data, store=keep, used=canonical.options.merged(chat.route.config.defaults))
+    used = canonical.options.merged(chat.route.config.defaults)
+    meta = responses.meta_for(data, store=keep, used=used, compaction=compacted.item if compacted else None)
     if data.stream:
         encoder = responses.StreamEncoder(meta)
         return Stream(pipeline(chat, encoder, record), media_type=encoder.media_type)

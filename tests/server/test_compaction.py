@@ -89,3 +89,35 @@ def test_compaction_session_over_several_turns(real_server: RunningServer) -> No
         assert counted.input_tokens > 30
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_context_management_compacts_past_the_threshold(client: openai.OpenAI, stream: bool) -> None:
+    ask = {"model": MODEL, "input": [*HISTORY, {"role": "user", "content": "Say hello."}], "max_output_tokens": 16, "temperature": 0}
+    full = client.responses.input_tokens.count(model=MODEL, input=ask["input"]).input_tokens
+    under = client.responses.create(**ask, context_management=[{"type": "compaction", "compact_threshold": full + 1}])
+    assert [item.type for item in under.output] == ["message"]
+    compacting = {**ask, "context_management": [{"type": "compaction", "compact_threshold": 20}]}
+    if stream:
+        events = list(client.responses.create(**compacting, stream=True))
+        added = [e for e in events if e.type == "response.output_item.added"]
+        assert added[0].item.type == "compaction" and added[0].output_index == 0 and added[1].output_index == 1
+        reply = events[-1].response
+    else:
+        reply = client.responses.create(**compacting)
+    assert [item.type for item in reply.output][:2] == ["compaction", "message"] and reply.output_text
+    assert reply.usage is not None and reply.usage.input_tokens != under.usage.input_tokens
+    # What the next turn continues from is the compacted conversation (no second compaction item).
+    seen = client.responses.input_items.list(reply.id, order="asc").data
+    assert [item.type for item in seen] == ["message"] * 3 + ["compaction"]
+    after = client.responses.input_tokens.count(model=MODEL, previous_response_id=reply.id, input="Bye.")
+    assert after.input_tokens > 0
+
+
+def test_context_management_errors_name_the_field(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as kind:
+        client.responses.create(model=MODEL, input="hi", context_management=[{"type": "clear_tool_uses"}])
+    assert kind.value.param == "context_management[0].type"
+    with pytest.raises(openai.BadRequestError) as threshold:
+        client.responses.create(model=MODEL, input="hi", context_management=[{"type": "compaction", "compact_threshold": 0}])
+    assert threshold.value.param == "context_management[0].compact_threshold"

@@ -52,15 +52,9 @@ class CompactedResponse(msgspec.Struct, kw_only=True):
     safety_identifier: str | None = None
 
 
-class CompactionSetting(msgspec.Struct, kw_only=True):
-    """One ``context_management`` entry of a create request."""
-
-    type: str
-    compact_threshold: int | None = None
-
-
-def compaction_threshold(entries: list[CompactionSetting] | None) -> int | None:
-    """The prompt length past which a create compacts first; None: never."""
+def compaction_threshold(entries: list[wire.ContextManagement] | None) -> int | None:
+    """The prompt length past which a create compacts first: 0 for "the model's default"
+    (the caller picks it from the context length); None: never."""
     threshold = None
     for i, entry in enumerate(entries or ()):
         if entry.type != "compaction":
@@ -69,8 +63,18 @@ def compaction_threshold(entries: list[CompactionSetting] | None) -> int | None:
         if entry.compact_threshold is not None and entry.compact_threshold < 1:
             param = f"context_management[{i}].compact_threshold"
             raise RequestError(f"{param}: must be at least 1", param=param)
-        threshold = entry.compact_threshold if entry.compact_threshold is not None else 0
+        threshold = entry.compact_threshold or 0
     return threshold
+
+
+def latest_compaction_view(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a turn reads of a conversation that holds compaction items: before the
+    latest one only the user messages (as ``/v1/responses/compact`` keeps them), then
+    everything from it on; the items themselves stay in the conversation."""
+    last = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
+    if last is None:
+        return items
+    return [*(item for item in items[:last] if is_user_message(item)), *items[last:]]
 
 
 def is_user_message(item: dict[str, Any]) -> bool:
@@ -124,7 +128,7 @@ def _transcript_line(message: Message) -> str:
 __all__ = [
     "CompactRequest",
     "CompactedResponse",
-    "CompactionSetting",
+    "latest_compaction_view",
     "compacted_items",
     "compacted_response",
     "compaction_threshold",

@@ -78,6 +78,7 @@ class ResponseMeta(msgspec.Struct, frozen=True):
     safety_identifier: str | None = None
     conversation: str | None = None
     background: bool = False
+    compaction: wire.CompactionItem | None = None  # made before this turn ran (context_management): output's first item
     encrypted_reasoning: bool = False
 
 
@@ -86,7 +87,10 @@ _DEFAULT_TEMPERATURE = 1.0
 _DEFAULT_TOP_P = 1.0
 
 
-def meta_for(request: wire.ResponsesRequest, *, store: bool, used: SamplingOptions | None = None) -> ResponseMeta:
+def meta_for(
+    request: wire.ResponsesRequest, *, store: bool, used: SamplingOptions | None = None,
+    compaction: wire.CompactionItem | None = None,
+) -> ResponseMeta:
     """``used``: the sampling options the model ran with (the request's, filled from the
     model entry's defaults), so the reply names the numbers, not nulls."""
     used = used or SamplingOptions(temperature=request.temperature, top_p=request.top_p)
@@ -114,6 +118,7 @@ def meta_for(request: wire.ResponsesRequest, *, store: bool, used: SamplingOptio
         safety_identifier=request.safety_identifier,
         conversation=conversation_id(request),
         background=request.background is True,
+        compaction=compaction,
         encrypted_reasoning=ENCRYPTED_REASONING in (request.include or ()),
     )
 
@@ -180,7 +185,7 @@ def status_of(reason: FinishReason) -> Literal["completed", "incomplete"]:
 
 def build_response(result: ChatResult, meta: ResponseMeta) -> wire.Response:
     """The ``response`` object of a non-streaming reply."""
-    output: list[wire.OutputItem] = []
+    output: list[wire.OutputItem] = [meta.compaction] if meta.compaction is not None else []
     if result.thinking:
         output.append(_reasoning_item(new_reasoning_id(), result.thinking, meta, "completed"))
     if result.content or not (result.thinking or result.tool_calls):
@@ -277,7 +282,11 @@ class StreamEncoder:
     def _start(self) -> list[bytes]:
         self._started = True
         shell = response_object(self.meta, self.id, self.created_at, "in_progress")
-        return [self._frame(wire.Created(self._next(), shell)), self._frame(wire.InProgress(self._next(), shell))]
+        out = [self._frame(wire.Created(self._next(), shell)), self._frame(wire.InProgress(self._next(), shell))]
+        if (compaction := self.meta.compaction) is not None:
+            out += [self._frame(wire.OutputItemAdded(self._next(), 0, compaction)), self._frame(wire.OutputItemDone(self._next(), 0, compaction))]
+            self._done.append(compaction)
+        return out
 
     def _text(self, text: str) -> list[bytes]:
         out = [] if self._open == "message" else self._open_item("message")

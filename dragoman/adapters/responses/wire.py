@@ -73,6 +73,13 @@ class ReasoningConfig(msgspec.Struct):
     generate_summary: str | None = None
 
 
+class ContextManagement(msgspec.Struct, kw_only=True):
+    """One ``context_management`` entry: ``compaction`` past ``compact_threshold`` tokens."""
+
+    type: str
+    compact_threshold: int | None = None
+
+
 class ResponsesRequest(msgspec.Struct, kw_only=True):
     model: str
     input: str | list[InputItem] = msgspec.field(default_factory=list)
@@ -101,6 +108,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     safety_identifier: str | None = None
     service_tier: str | None = None
     client_metadata: dict[str, Any] | None = None
+    context_management: list[ContextManagement] | None = None
 
     def __post_init__(self) -> None:
         if self.stream is None:
