@@ -13,10 +13,11 @@ import msgspec
 
 from dragoman.adapters import responses
 from dragoman.adapters.canonical import ChatRequest
-from dragoman.adapters.errors import UnsupportedFeature
+from dragoman.adapters.errors import DragomanError, UnsupportedFeature
 from dragoman.adapters.responses import wire
 from dragoman.adapters.responses.compaction import compacted_items, compaction_threshold, summary_request
 from dragoman.proxy.chat import collect, count_tokens, start_chat
+from dragoman.proxy.logging import Observer, finish_side_record
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.record import RequestRecord
 
@@ -30,8 +31,10 @@ class Compacted(NamedTuple):
 
 async def compact_if_over(
     models: ModelTable, data: wire.ResponsesRequest, canonical: ChatRequest, everything: list[dict[str, Any]],
-    record: RequestRecord, receive: Any, authorization: str | None, fetched: dict[str, str],
+    record: RequestRecord, receive: Any, authorization: str | None, fetched: dict[str, str], observer: Observer | None,
 ) -> Compacted | None:
+    """The compacted turn when the prompt is past the threshold; None when it is not (or
+    no compaction was asked). The summary's request logs and counts as its own."""
     threshold = compaction_threshold(data.context_management)
     if threshold is None:
         return None
@@ -49,8 +52,16 @@ async def compact_if_over(
         raise UnsupportedFeature(f"context_management: compaction needs the prompt's length; {exc.message}", param="context_management") from None
     if prompt <= threshold:
         return None
-    chat = await start_chat(models, summary_request(data.model, canonical.messages), record, authorization=authorization)
-    summary = await collect(chat, record, receive)
+    side = RequestRecord(f"{record.request_id}-compaction", "POST", "/v1/responses/compact", "responses")
+    try:
+        chat = await start_chat(models, summary_request(data.model, canonical.messages), side, authorization=authorization)
+        summary = await collect(chat, side, receive)
+        side.status = 200
+    except DragomanError as exc:
+        side.status, side.error = exc.status, exc.message
+        raise
+    finally:
+        finish_side_record(side, observer, compaction=True)
     items = compacted_items(everything, summary)
     turn = msgspec.structs.replace(data, input=responses.decode_items(msgspec.json.encode(items)), previous_response_id=None, conversation=None)
     return Compacted(items, responses.to_canonical(turn, [], fetched), msgspec.convert(items[-1], wire.CompactionItem))

@@ -32,7 +32,7 @@ from dragoman.adapters.errors import DragomanError, Overloaded, RequestError
 from dragoman.adapters.responses import wire
 from dragoman.adapters.responses.ids import new_response_id
 from dragoman.proxy.chat import Chat, start_chat
-from dragoman.proxy.logging import access_log
+from dragoman.proxy.logging import finish_side_record
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import RESPONSES_STORED
 from dragoman.proxy.record import RequestRecord
@@ -188,9 +188,7 @@ async def _run(
             final = _cancelled(run.snapshot)
             await run.keep_cancelled(final)
         await run.end(final)
-        access_log.info("request", background=True, **record.fields())
-        if metrics is not None:
-            metrics.observe(record, time.perf_counter())
+        finish_side_record(record, metrics, background=True)
 
 
 def answer(run: BackgroundRun, query: Any) -> Response[bytes] | Stream:

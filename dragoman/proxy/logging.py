@@ -110,3 +110,12 @@ def _client_request_id(scope: dict[str, Any]) -> str | None:
             text = value.decode("latin-1")
             return text if _REQUEST_ID.fullmatch(text) else None
     return None
+
+
+def finish_side_record(record: RequestRecord, observer: Observer | None, **extra: object) -> None:
+    """The access line and metrics of work a request started that outlives or precedes
+    its own answer (a background run, a compaction before the turn): its own record, so
+    its tokens are counted once and apart from the request's."""
+    access_log.info("request", **extra, **record.fields())
+    if observer is not None:
+        observer.observe(record, time.perf_counter())

@@ -70,7 +70,9 @@ async def create_response(
     keep = data.store is not False and not isinstance(response_store, NoStore)
     turn = [responses.stored_item(item) for item in items]
     seen = [*history, *turn]
-    compacted = await compact_if_over(models, data, canonical, seen, record, request.receive, credential.authorization, fetched)
+    compacted = await compact_if_over(
+        models, data, canonical, seen, record, request.receive, credential.authorization, fetched, request.app.state.get("metrics")
+    )
     if compacted is not None:
         seen, canonical = compacted.items, compacted.canonical
     context = msgspec.json.encode(seen) if keep else b""

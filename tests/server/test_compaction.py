@@ -7,6 +7,9 @@ Agents SDK refuses to compact for a name that is not an OpenAI model's."""
 from __future__ import annotations
 
 import asyncio
+import time
+
+import httpx
 
 import openai
 import pytest
@@ -89,6 +92,25 @@ def test_compaction_session_over_several_turns(real_server: RunningServer) -> No
         assert counted.input_tokens > 30
 
     asyncio.run(run())
+
+
+def _responses_requests(server: RunningServer) -> float:
+    """dragoman_requests_total of the Responses dialect, all series."""
+    lines = httpx.get(server.url + "/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("dragoman_requests_total{") and 'dialect="responses"' in line)
+
+
+def test_a_compaction_before_the_turn_is_logged_and_counted_apart(client: openai.OpenAI, real_server: RunningServer) -> None:
+    before = _responses_requests(real_server)
+    reply = client.responses.create(
+        model=MODEL, input=[*HISTORY, {"role": "user", "content": "Say hello."}], max_output_tokens=8,
+        context_management=[{"type": "compaction", "compact_threshold": 20}],
+    )  # fmt: skip
+    assert reply.output[0].type == "compaction"
+    deadline = time.monotonic() + 5
+    while _responses_requests(real_server) < before + 2:  # the turn and its compaction, each its own record
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
