@@ -98,6 +98,7 @@ class ChatResult(msgspec.Struct):
     timings: Timings = Timings()
     thinking_signature: str | None = None
     stop_sequence: str | None = None
+    context: list[int] | None = None  # Finish.context
 
 
 class ResultBuilder:
@@ -150,6 +151,7 @@ class ResultBuilder:
             timings=self._finish.timings,
             thinking_signature=self._signature,
             stop_sequence=self._finish.stop_sequence,
+            context=self._finish.context,
         )
 
 

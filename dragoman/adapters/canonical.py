@@ -189,6 +189,11 @@ class CompletionRequest(RequestBase):
     raw: bool = False
     system: str | None = None
     images: list[ImagePart] = msgspec.field(default_factory=list)
+    # Ollama's token memory: the ids an earlier reply's ``context`` gave back, which
+    # prepend the rendered prompt (not in raw mode, as Ollama). ``return_context``:
+    # the reply's Finish carries the ids of this prompt and reply, for the next turn.
+    context: list[int] | None = None
+    return_context: bool = False
 
     @property
     def templated(self) -> bool:
@@ -320,6 +325,9 @@ class Finish(msgspec.Struct, tag="finish", frozen=True):
     # Which of the request's stop sequences ended the reply (reason "stop"), when the
     # backend knows; Anthropic reports it as ``stop_sequence``.
     stop_sequence: str | None = None
+    # The token ids of the prompt and the reply, for a completion that asked for them
+    # (``CompletionRequest.return_context``; Ollama's ``context``).
+    context: list[int] | None = None
 
 
 class ErrorEvent(msgspec.Struct, tag="error", frozen=True):

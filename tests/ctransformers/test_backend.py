@@ -260,6 +260,12 @@ async def test_a_templated_completion_is_the_chat_it_means(backend: CTransformer
     assert finish_of(templated).usage.prompt_tokens == finish_of(chat).usage.prompt_tokens
 
 
+async def test_ollama_context_is_refused_by_name(backend: CTransformersBackend) -> None:
+    with pytest.raises(UnsupportedFeature, match="context: .*ctransformers") as info:
+        await collect(backend.complete(msgspec.structs.replace(completion(QUESTION), context=[1, 2])))
+    assert info.value.param == "context"
+
+
 async def test_no_fill_in_the_middle_without_the_tokens(backend: CTransformersBackend) -> None:
     assert not backend.capabilities("m").insert  # SmolLM2's vocabulary has no FIM tokens
 

@@ -181,6 +181,14 @@ class CTransformersBackend:
         """Templated: the chat it means. Raw: the prompt as it is, its special tokens
         special (api-mapping §7), and only the client's own stops. With a suffix: the
         model's FIM frame around the client's prefix and suffix, both plain text."""
+        if request.context:
+            return _refused(
+                UnsupportedFeature(
+                    f"context: model '{self.name}' (ctransformers backend) does not take Ollama's token memory back; "
+                    "send the earlier turns as messages (/api/chat)",
+                    param="context",
+                )
+            )
         if request.templated:
             return self.chat(request.as_chat())
         return self._run(request, lambda file: (self._completion(request, file), ()))
@@ -368,3 +376,9 @@ class CTransformersBackend:
 
     def _wanted_context(self, file: ModelFile) -> int | None:
         return loading.wanted_context(self.route.config.context_length, file)
+
+
+async def _refused(error: Exception) -> AsyncIterator[Event]:
+    """A refusal raised as the stream's first step, as every other refusal is."""
+    raise error
+    yield  # an async generator

@@ -117,6 +117,9 @@ class OllamaBackend(HttpUpstreamBackend):
             lambda body: ollama.parse_upstream_response(body, generate.UpstreamGenerateDecoder()),
         )
 
+    def _without_memory(self, request: CompletionRequest) -> CompletionRequest:
+        return request  # /api/generate takes the context back, as the client sent it
+
     def _label(self) -> str:
         return ", ".join(e.label for e in self.pool.endpoints)
 
