@@ -150,6 +150,8 @@ class RequestBase(msgspec.Struct, kw_only=True):
     think_level: ThinkLevel | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    # Token id → bias added to its logit before sampling (OpenAI's ``logit_bias``).
+    logit_bias: dict[int, float] | None = None
     # False: at most one tool call per reply (OpenAI ``parallel_tool_calls: false``,
     # Anthropic ``disable_parallel_tool_use``). None: the backend's default (allowed).
     parallel_tool_calls: bool | None = None

@@ -32,6 +32,7 @@ class Capabilities(msgspec.Struct, frozen=True):
     insert: bool = False  # fill-in-the-middle: a completion with a suffix
     embedding: bool = False
     completion: bool = True  # generates text (an embedding-only model does not)
+    logit_bias: bool = False  # biases token ids' logits (OpenAI's logit_bias)
 
     def names(self) -> list[str]:
         """Ollama's ``capabilities`` list for ``/api/show``, in Ollama's order."""
@@ -225,3 +226,6 @@ def check_capabilities(request: Request, caps: Capabilities, model: str) -> None
         )
     if request.logprobs and not caps.logprobs:
         raise UnsupportedFeature(f"model '{model}' does not support logprobs", param="logprobs")
+    if request.logit_bias and not caps.logit_bias:
+        message = f"logit_bias: model '{model}' cannot bias token ids (its backend has no such knob); omit logit_bias"
+        raise UnsupportedFeature(message, param="logit_bias")

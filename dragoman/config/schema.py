@@ -51,6 +51,7 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_embed_input_chars: int = 100_000
     max_embed_tokens: int = 300_000
     max_prompts: int = 16  # prompts in one /v1/completions request (one choice each, run in turn)
+    max_choices: int = 8  # choices (OpenAI's n) of one chat request, generated together
     # The shape of one request, checked before any work (400 naming the field). Far
     # above what real clients send: OpenAI allows 4 stop strings, model names are short.
     max_model_name: int = 256  # characters

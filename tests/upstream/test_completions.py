@@ -107,6 +107,13 @@ def test_context_cannot_go_to_an_openai_upstream(gateway: RunningServer) -> None
     assert reply.status_code == 400 and "context" in reply.json()["error"], reply.text
 
 
+def test_logit_bias_is_refused_by_name_for_an_ollama_upstream(gateway: RunningServer) -> None:
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="ol-generate-text", messages=[{"role": "user", "content": "hi"}], logit_bias={"5": -100})
+    assert info.value.body["param"] == "logit_bias" and "cannot bias token ids" in info.value.body["message"]  # type: ignore[index]
+
+
 def test_a_suffix_reaches_an_ollama_upstream_without_raw(gateway: RunningServer, ollama_upstream: ReplayServer) -> None:
     """Ollama renders a suffix only through its template, and drops it in raw mode."""
     before = len(ollama_upstream.received)

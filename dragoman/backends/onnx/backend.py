@@ -98,6 +98,7 @@ class OnnxBackend:
             logprobs=True,
             insert=find_fim(self.files.tokenizer().added) is not None,
             embedding=has_hidden_states(self.files.folder()),
+            logit_bias=True,
         )
 
     def embedding_length(self) -> int | None:

@@ -72,6 +72,7 @@ class Processing(msgspec.Struct, omit_defaults=True, frozen=True):
     mirostat_eta: float = 0.1
     temperature: float = 1.0
     seed: int | None = None
+    logit_bias: dict[int, float] | None = None  # token id → added to its logit, first
 
 
 class Guidance(msgspec.Struct, frozen=True):
