@@ -23,6 +23,7 @@ from dragoman.adapters.errors import BackendError, DragomanError, error_for_stat
 from dragoman.adapters.openai import stream as openai_stream
 from dragoman.adapters.openai.choices import ChoicesEncoder, choice_requests, choices_usage
 from dragoman.proxy.chat import Chat, ClientDisconnected, start_chat
+from dragoman.proxy.keepalive import with_keepalive
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.record import RequestRecord
 
@@ -45,7 +46,10 @@ async def answer_choices(
     chats = await start_choices(table, choice_requests(request, n), record, authorization)
     if request.stream:
         encoder = ChoicesEncoder(model, n, include_usage=include_usage)
-        return Stream(merged_stream(chats, encoder, record), media_type=encoder.media_type)
+        frames = merged_stream(chats, encoder, record)
+        if interval := table.config.server.stream_keepalive:
+            frames = with_keepalive(frames, interval, encoder.keepalive())
+        return Stream(frames, media_type=encoder.media_type)
     results = await collect_choices(chats, record, receive)
     body = openai_stream.render_choices(results, model, usage=choices_usage([r.usage for r in results]))
     return Response(body, media_type="application/json")

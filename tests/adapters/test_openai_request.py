@@ -291,6 +291,7 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("top_logprobs negative", {"logprobs": True, "top_logprobs": -1}, "top_logprobs", "between 0 and 20"),
     ("top_logprobs without logprobs", {"top_logprobs": 3}, "top_logprobs", "requires logprobs"),
     ("top_logprobs with logprobs false", {"logprobs": False, "top_logprobs": 3}, "top_logprobs", "requires logprobs"),
+    ("return_progress (no backend reports prefill progress)", {"return_progress": True}, "return_progress", "omit it"),
     ("logit_bias key not a token id", {"logit_bias": {"the": -100}}, "logit_bias", "keys are token ids"),
     ("logit_bias negative key", {"logit_bias": {"-1": 5}}, "logit_bias", "keys are token ids"),
     ("logit_bias past -100", {"logit_bias": {"7": -101}}, "logit_bias", "between -100 and 100"),

@@ -80,6 +80,9 @@ class ChoicesEncoder:
     def error(self, err: DragomanError) -> bytes:
         return self._choices[0].error(err)
 
+    def keepalive(self) -> bytes:
+        return self._choices[0].keepalive()
+
     def close(self) -> bytes:
         """The usage chunk when asked and every choice finished, then ``[DONE]``."""
         finished = all(u is not None for u in self._usages)

@@ -31,7 +31,7 @@ from dragoman.adapters.logit_bias import parse_logit_bias
 from dragoman.adapters.openai import completion_wire as wire
 from dragoman.adapters.openai.convert import keep_alive_seconds, sampling_options
 from dragoman.adapters.openai.ids import SYSTEM_FINGERPRINT, new_text_completion_id
-from dragoman.adapters.openai.stream import DONE_FRAME, SSE_MEDIA_TYPE, finite_logprob, render_error, usage_stats
+from dragoman.adapters.openai.stream import DONE_FRAME, KEEPALIVE_FRAME, SSE_MEDIA_TYPE, finite_logprob, render_error, usage_stats
 from dragoman.adapters.openai.wire import UsageStats
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's, when max_tokens is not sent
@@ -166,6 +166,9 @@ class ChoiceEncoder:
 
     def close(self) -> bytes:
         return b""
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE_FRAME
 
     def _text(self, text: str, tokens: list[TokenLogprob] | None) -> bytes:
         logprobs = None

@@ -35,6 +35,9 @@ from dragoman.adapters.openai.ids import SYSTEM_FINGERPRINT, new_call_id, new_co
 
 SSE_MEDIA_TYPE = "text/event-stream"
 DONE_FRAME = b"data: [DONE]\n\n"
+# An SSE comment: every client ignores it, proxies see bytes moving (llama-server and
+# OpenRouter send the same kind during a long prefill).
+KEEPALIVE_FRAME = b": keep-alive\n\n"
 # What OpenAI sends for a token the model rules out: JSON has no -Infinity, and the
 # null msgspec would write breaks clients that type logprob as a number.
 IMPOSSIBLE_LOGPROB = -9999.0
@@ -145,6 +148,9 @@ class StreamEncoder:
 
     def close(self) -> bytes:
         return DONE_FRAME
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE_FRAME
 
     def _start(self) -> bytes:
         self._started = True

@@ -127,6 +127,8 @@ class ChatCompletionRequest(msgspec.Struct):
     top_logprobs: int | None = None
     n: int | None = None
     logit_bias: dict[str, float] | None = None
+    # llama-server's: prompt_progress chunks while the prompt is read (stream only).
+    return_progress: bool | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
