@@ -17,6 +17,7 @@ from dragoman.adapters.canonical import (
     Finish,
     FinishReason,
     Logprobs,
+    PromptProgress,
     RoleStart,
     ThinkingDelta,
     Timings,
@@ -134,7 +135,7 @@ class ResultBuilder:
             self._finish = event
         elif isinstance(event, ErrorEvent):
             raise error_for_status(event.status, event.message, retry_after=event.retry_after)
-        elif not isinstance(event, RoleStart):  # pragma: no cover - exhaustiveness
+        elif not isinstance(event, (RoleStart, PromptProgress)):  # pragma: no cover - exhaustiveness
             raise TypeError(f"unknown event {event!r}")
 
     def result(self) -> ChatResult:

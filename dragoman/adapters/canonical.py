@@ -152,6 +152,9 @@ class RequestBase(msgspec.Struct, kw_only=True):
     top_logprobs: int = 0
     # Token id → bias added to its logit before sampling (OpenAI's ``logit_bias``).
     logit_bias: dict[int, float] | None = None
+    # Ask for PromptProgress events while the prompt is read (llama-server's
+    # return_progress); only backends whose capabilities say prompt_progress send them.
+    return_progress: bool = False
     # False: at most one tool call per reply (OpenAI ``parallel_tool_calls: false``,
     # Anthropic ``disable_parallel_tool_use``). None: the backend's default (allowed).
     parallel_tool_calls: bool | None = None
@@ -280,6 +283,16 @@ class RoleStart(msgspec.Struct, tag="role", frozen=True):
     cache_write_tokens: int | None = None  # of prompt_tokens, as in Usage
 
 
+class PromptProgress(msgspec.Struct, tag="prompt_progress", frozen=True):
+    """How far the prompt has been read, for a request that asked (``return_progress``):
+    ``processed`` of ``total`` tokens, ``cached`` of them from a prefix cache."""
+
+    total: int
+    cached: int
+    processed: int
+    elapsed_ms: int
+
+
 class ContentDelta(msgspec.Struct, tag="content", frozen=True):
     """Reply text. ``logprobs`` are those of the tokens the text came from, so that
     encoders put them on the same chunk as the text, as OpenAI and Ollama do."""
@@ -343,6 +356,7 @@ class ErrorEvent(msgspec.Struct, tag="error", frozen=True):
 
 Event = Union[
     RoleStart,
+    PromptProgress,
     ContentDelta,
     ThinkingDelta,
     ToolCallDone,

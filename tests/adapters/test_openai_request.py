@@ -291,7 +291,6 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("top_logprobs negative", {"logprobs": True, "top_logprobs": -1}, "top_logprobs", "between 0 and 20"),
     ("top_logprobs without logprobs", {"top_logprobs": 3}, "top_logprobs", "requires logprobs"),
     ("top_logprobs with logprobs false", {"logprobs": False, "top_logprobs": 3}, "top_logprobs", "requires logprobs"),
-    ("return_progress (no backend reports prefill progress)", {"return_progress": True}, "return_progress", "omit it"),
     ("logit_bias key not a token id", {"logit_bias": {"the": -100}}, "logit_bias", "keys are token ids"),
     ("logit_bias negative key", {"logit_bias": {"-1": 5}}, "logit_bias", "keys are token ids"),
     ("logit_bias past -100", {"logit_bias": {"7": -101}}, "logit_bias", "between -100 and 100"),
@@ -316,6 +315,11 @@ def test_refusals_name_the_field(name: str, fields: dict[str, Any], param: str, 
     assert caught.value.param == param
     assert caught.value.message.startswith(f"{param}: ")
     assert message in caught.value.message
+
+
+def test_return_progress_is_a_streams() -> None:
+    assert convert(return_progress=True, stream=True).return_progress
+    assert not convert(return_progress=True).return_progress  # a whole reply has no chunk to carry it
 
 
 def test_logit_bias_is_token_ids_to_biases() -> None:

@@ -97,3 +97,20 @@ def test_a_bias_on_no_token_of_the_model_is_a_400(oa: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         oa.chat.completions.create(model=MODEL, messages=QUESTION, logit_bias={"999999": -100}, max_tokens=2)
     assert info.value.body["param"] == "logit_bias" and "not a token id" in info.value.body["message"]  # type: ignore[index]
+
+
+def test_return_progress_streams_prompt_progress_chunks(oa: openai.OpenAI) -> None:
+    """llama-server's return_progress: chunks with no choices and ``prompt_progress``
+    while the prompt is read (the batch engine reads a long one in chunks), then the reply."""
+    long = [{"role": "user", "content": "Summarise this: " + "The sea is calm and blue today. " * 60}]
+    chunks = list(oa.chat.completions.create(model=MODEL, messages=long, max_tokens=4, temperature=0, stream=True,  # type: ignore[arg-type]
+                                             extra_body={"return_progress": True}))  # fmt: skip
+    progress = [c.model_extra["prompt_progress"] for c in chunks if c.model_extra and "prompt_progress" in c.model_extra]
+    assert len(progress) >= 2, progress  # more than one chunk of the prompt
+    assert all(not c.choices for c in chunks if c.model_extra and "prompt_progress" in c.model_extra)
+    assert [p["processed"] for p in progress] == sorted(p["processed"] for p in progress)
+    last = progress[-1]
+    assert last["processed"] == last["total"] > 400 and last["time_ms"] >= 0 and 0 <= last["cache"] < last["total"]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    plain = list(oa.chat.completions.create(model=MODEL, messages=long, max_tokens=4, temperature=0, stream=True))  # type: ignore[arg-type]
+    assert not [c for c in plain if c.model_extra and "prompt_progress" in c.model_extra]

@@ -42,12 +42,6 @@ def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
     """The canonical request for an OpenAI client's request."""
     if not request.messages:  # OpenAI refuses it too (Ollama's /api/chat loads the model instead)
         raise RequestError("messages: must not be empty; send at least one message", param="messages")
-    if request.return_progress:
-        raise UnsupportedFeature(
-            "return_progress: no backend here reports how far it has read the prompt; omit it "
-            "(long prompts still get keep-alive comments, server.stream_keepalive)",
-            param="return_progress",
-        )
     tools = [_tool(t) for t in request.tools or ()]
     think, think_level = _reasoning(request)
     return ChatRequest(
@@ -63,6 +57,8 @@ def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
         logprobs=bool(request.logprobs),
         top_logprobs=_top_logprobs(request),
         logit_bias=parse_logit_bias(request.logit_bias),
+        # As llama-server: progress chunks are a stream's; a whole reply has none to carry.
+        return_progress=bool(request.return_progress and request.stream),
         stream=bool(request.stream),
         keep_alive=keep_alive_seconds(request.keep_alive),
     )

@@ -22,6 +22,7 @@ from dragoman.adapters.canonical import (
     Finish,
     FinishReason,
     Logprobs,
+    PromptProgress,
     RoleStart,
     ThinkingDelta,
     ToolCall,
@@ -140,6 +141,9 @@ class StreamEncoder:
             return head + self.error(error_for_status(event.status, event.message, retry_after=event.retry_after))
         if isinstance(event, RoleStart):
             return head
+        if isinstance(event, PromptProgress):
+            stats = wire.PromptProgressStats(event.total, event.cached, event.processed, event.elapsed_ms)
+            return head + self._chunk([], prompt_progress=stats)
         raise TypeError(f"unknown event {event!r}")  # pragma: no cover - exhaustiveness
 
     def error(self, err: DragomanError) -> bytes:
@@ -197,7 +201,12 @@ class StreamEncoder:
         """The chunk with no choices that carries the usage (``include_usage``)."""
         return self._chunk([], usage=usage_stats(usage))
 
-    def _chunk(self, choices: list[wire.ChatCompletionStreamChoice], usage: wire.UsageStats | None = None) -> bytes:
+    def _chunk(
+        self,
+        choices: list[wire.ChatCompletionStreamChoice],
+        usage: wire.UsageStats | None = None,
+        prompt_progress: wire.PromptProgressStats | None = None,
+    ) -> bytes:
         chunk = wire.ChatCompletionStreamResponse(
             id=self.id,
             object="chat.completion.chunk",
@@ -206,6 +215,7 @@ class StreamEncoder:
             system_fingerprint=SYSTEM_FINGERPRINT,
             choices=choices,
             usage=usage,
+            prompt_progress=prompt_progress,
         )
         return _frame(chunk)
 

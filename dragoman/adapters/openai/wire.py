@@ -240,6 +240,16 @@ class ChatCompletionStreamChoice(msgspec.Struct, omit_defaults=True):
     logprobs: ChoiceLogprobs | None = None
 
 
+class PromptProgressStats(msgspec.Struct):
+    """llama-server's ``prompt_progress``: ``processed`` of ``total`` prompt tokens read,
+    ``cache`` of them from a cache, ``time_ms`` since the prompt began."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
 class ChatCompletionStreamResponse(msgspec.Struct, omit_defaults=True):
     id: str
     object: Literal["chat.completion.chunk"]
@@ -248,6 +258,7 @@ class ChatCompletionStreamResponse(msgspec.Struct, omit_defaults=True):
     system_fingerprint: str
     choices: list[ChatCompletionStreamChoice]
     usage: UsageStats | None = None
+    prompt_progress: PromptProgressStats | None = None  # return_progress: a chunk with no choices
 
 
 class OpenAIErrorDetail(msgspec.Struct):

@@ -28,6 +28,7 @@ from dragoman.adapters.canonical import (
     ErrorEvent,
     Event,
     Finish,
+    PromptProgress,
     Request,
     RoleStart,
     Timings,
@@ -45,7 +46,9 @@ from dragoman.backends.onnx.prepare import is_prepared, missing_build_tools
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
 from dragoman.backends.onnx.memory import context_ids, with_memory
 from dragoman.backends.onnx.prompts import chat_prompt, chat_start, completion_start
-from dragoman.backends.onnx.protocol import RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Refused, Report, Start, Started, Tokens
+from dragoman.backends.onnx.protocol import (
+    RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Progress, Refused, Report, Start, Started, Tokens,
+)  # fmt: skip
 from dragoman.backends.onnx.providers import flavour_problem
 from dragoman.backends.onnx.settings import OnnxSettings
 from dragoman.backends.onnx.worker_slot import WorkerSlot, engine_text
@@ -99,6 +102,7 @@ class OnnxBackend:
             insert=find_fim(self.files.tokenizer().added) is not None,
             embedding=has_hidden_states(self.files.folder()),
             logit_bias=True,
+            prompt_progress=True,
         )
 
     def embedding_length(self) -> int | None:
@@ -251,7 +255,9 @@ class OnnxBackend:
             yield RoleStart(prompt_tokens=first.prompt_tokens)
             while True:
                 report = await reports.get()
-                if isinstance(report, Tokens):
+                if isinstance(report, Progress):
+                    yield PromptProgress(report.total, report.cached, report.processed, report.elapsed_ns // 1_000_000)
+                elif isinstance(report, Tokens):
                     consumed += len(report.token_ids)
                     if consumed - credited >= RUN_AHEAD // 4:
                         worker.send(Credit(start.request_id, consumed))

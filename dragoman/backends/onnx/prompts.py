@@ -125,6 +125,7 @@ def _start(
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs if request.logprobs else 0,
         special_tokens=special_tokens,
+        progress=request.return_progress,
     )
 
 
