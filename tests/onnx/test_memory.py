@@ -1,12 +1,12 @@
 """Ollama's token memory on a local model: the ids a client sends back are checked
-before anything decodes them (dragoman/backends/onnx/memory.py)."""
+before anything decodes them (dragoman/backends/text/memory.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from dragoman.adapters.errors import ContextTooLong, RequestError
-from dragoman.backends.onnx.memory import check_context
+from dragoman.backends.text.memory import check_context
 
 CASES = [
     ("more ids than the context holds", list(range(8)), ContextTooLong, "context holds 8 token ids"),

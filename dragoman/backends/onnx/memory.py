@@ -11,29 +11,10 @@ from __future__ import annotations
 
 import msgspec
 
-from dragoman.adapters.errors import ContextTooLong, RequestError
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
 from dragoman.backends.onnx.protocol import Start
+from dragoman.backends.text.memory import check_context
 from dragoman.backends.text.segments import Segment
-
-
-def check_context(ids: list[int], *, vocab_size: int, context_length: int) -> None:
-    """Refuses ids the model cannot have written, or more than its context holds."""
-    if len(ids) >= context_length:
-        raise ContextTooLong(
-            f"context holds {len(ids)} token ids; the model's context is {context_length} tokens, "
-            "and they must leave room for the prompt; start a new conversation (send no context)",
-            param="context",
-            prompt_tokens=len(ids),
-            context_length=context_length,
-        )
-    bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
-    if bad is not None:
-        raise RequestError(
-            f"context[{bad}]: {ids[bad]} is not a token id of this model (0 to {vocab_size - 1}); "
-            "send back the context a reply of the same model gave",
-            param="context",
-        )
 
 
 def with_memory(start: Start, ids: list[int], tokenizer: PromptTokenizer) -> Start:
