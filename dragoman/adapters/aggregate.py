@@ -17,6 +17,7 @@ from dragoman.adapters.canonical import (
     Finish,
     FinishReason,
     Logprobs,
+    PromptProgress,
     RoleStart,
     ThinkingDelta,
     Timings,
@@ -98,6 +99,7 @@ class ChatResult(msgspec.Struct):
     timings: Timings = Timings()
     thinking_signature: str | None = None
     stop_sequence: str | None = None
+    context: list[int] | None = None  # Finish.context
 
 
 class ResultBuilder:
@@ -133,7 +135,7 @@ class ResultBuilder:
             self._finish = event
         elif isinstance(event, ErrorEvent):
             raise error_for_status(event.status, event.message, retry_after=event.retry_after)
-        elif not isinstance(event, RoleStart):  # pragma: no cover - exhaustiveness
+        elif not isinstance(event, (RoleStart, PromptProgress)):  # pragma: no cover - exhaustiveness
             raise TypeError(f"unknown event {event!r}")
 
     def result(self) -> ChatResult:
@@ -150,6 +152,7 @@ class ResultBuilder:
             timings=self._finish.timings,
             thinking_signature=self._signature,
             stop_sequence=self._finish.stop_sequence,
+            context=self._finish.context,
         )
 
 

@@ -150,6 +150,11 @@ class RequestBase(msgspec.Struct, kw_only=True):
     think_level: ThinkLevel | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    # Token id → bias added to its logit before sampling (OpenAI's ``logit_bias``).
+    logit_bias: dict[int, float] | None = None
+    # Ask for PromptProgress events while the prompt is read (llama-server's
+    # return_progress); only backends whose capabilities say prompt_progress send them.
+    return_progress: bool = False
     # False: at most one tool call per reply (OpenAI ``parallel_tool_calls: false``,
     # Anthropic ``disable_parallel_tool_use``). None: the backend's default (allowed).
     parallel_tool_calls: bool | None = None
@@ -189,6 +194,11 @@ class CompletionRequest(RequestBase):
     raw: bool = False
     system: str | None = None
     images: list[ImagePart] = msgspec.field(default_factory=list)
+    # Ollama's token memory: the ids an earlier reply's ``context`` gave back, which
+    # prepend the rendered prompt (not in raw mode, as Ollama). ``return_context``:
+    # the reply's Finish carries the ids of this prompt and reply, for the next turn.
+    context: list[int] | None = None
+    return_context: bool = False
 
     @property
     def templated(self) -> bool:
@@ -273,6 +283,16 @@ class RoleStart(msgspec.Struct, tag="role", frozen=True):
     cache_write_tokens: int | None = None  # of prompt_tokens, as in Usage
 
 
+class PromptProgress(msgspec.Struct, tag="prompt_progress", frozen=True):
+    """How far the prompt has been read, for a request that asked (``return_progress``):
+    ``processed`` of ``total`` tokens, ``cached`` of them from a prefix cache."""
+
+    total: int
+    cached: int
+    processed: int
+    elapsed_ms: int
+
+
 class ContentDelta(msgspec.Struct, tag="content", frozen=True):
     """Reply text. ``logprobs`` are those of the tokens the text came from, so that
     encoders put them on the same chunk as the text, as OpenAI and Ollama do."""
@@ -320,6 +340,9 @@ class Finish(msgspec.Struct, tag="finish", frozen=True):
     # Which of the request's stop sequences ended the reply (reason "stop"), when the
     # backend knows; Anthropic reports it as ``stop_sequence``.
     stop_sequence: str | None = None
+    # The token ids of the prompt and the reply, for a completion that asked for them
+    # (``CompletionRequest.return_context``; Ollama's ``context``).
+    context: list[int] | None = None
 
 
 class ErrorEvent(msgspec.Struct, tag="error", frozen=True):
@@ -333,6 +356,7 @@ class ErrorEvent(msgspec.Struct, tag="error", frozen=True):
 
 Event = Union[
     RoleStart,
+    PromptProgress,
     ContentDelta,
     ThinkingDelta,
     ToolCallDone,

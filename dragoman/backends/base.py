@@ -32,6 +32,8 @@ class Capabilities(msgspec.Struct, frozen=True):
     insert: bool = False  # fill-in-the-middle: a completion with a suffix
     embedding: bool = False
     completion: bool = True  # generates text (an embedding-only model does not)
+    logit_bias: bool = False  # biases token ids' logits (OpenAI's logit_bias)
+    prompt_progress: bool = False  # reports how far a prompt has been read (PromptProgress)
 
     def names(self) -> list[str]:
         """Ollama's ``capabilities`` list for ``/api/show``, in Ollama's order."""
@@ -225,3 +227,9 @@ def check_capabilities(request: Request, caps: Capabilities, model: str) -> None
         )
     if request.logprobs and not caps.logprobs:
         raise UnsupportedFeature(f"model '{model}' does not support logprobs", param="logprobs")
+    if request.return_progress and not caps.prompt_progress:
+        message = f"return_progress: model '{model}' does not report how far it has read a prompt; omit return_progress"
+        raise UnsupportedFeature(message, param="return_progress")
+    if request.logit_bias and not caps.logit_bias:
+        message = f"logit_bias: model '{model}' cannot bias token ids (its backend has no such knob); omit logit_bias"
+        raise UnsupportedFeature(message, param="logit_bias")

@@ -51,6 +51,7 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_embed_input_chars: int = 100_000
     max_embed_tokens: int = 300_000
     max_prompts: int = 16  # prompts in one /v1/completions request (one choice each, run in turn)
+    max_choices: int = 8  # choices (OpenAI's n) of one chat request, generated together
     # The shape of one request, checked before any work (400 naming the field). Far
     # above what real clients send: OpenAI allows 4 stop strings, model names are short.
     max_model_name: int = 256  # characters
@@ -151,6 +152,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # otherwise reach the server by DNS rebinding); bound elsewhere only when this is set.
     allowed_hosts: list[str] | str = msgspec.field(default_factory=list)
     shutdown_grace: float = 30.0  # seconds running streams get after SIGTERM
+    # Seconds an SSE stream may go without an event before a keep-alive is sent (a
+    # comment line on OpenAI's, an Anthropic ping): a long prompt's prefill would
+    # otherwise look like a dead connection to proxies and clients. 0: none.
+    stream_keepalive: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     # Server processes on the one port. "auto": one per core when every model entry is
     # an upstream server, else one (dragoman/proxy/workers.py says why).
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] | Literal["auto"] = "auto"

@@ -23,6 +23,7 @@ from dragoman.adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, 
 from dragoman.adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
 from dragoman.backends.base import Backend, Relay, TokenCounter, check_capabilities
 from dragoman.config import ModelRoute
+from dragoman.proxy.keepalive import KeepAlive, with_keepalive
 from dragoman.proxy.limits import R, check_grammars, check_request, check_request_shape, clamp_to_context
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.record import RequestRecord
@@ -166,7 +167,17 @@ async def count_tokens(table: ModelTable, request: ChatRequest, record: RequestR
         return await backend.count_tokens(request)
 
 
-async def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:
+def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:
+    """Frames of a streaming reply, with keep-alive frames while it is quiet where the
+    dialect has one (:mod:`proxy.keepalive`)."""
+    frames = _encoded(chat, encoder, record)
+    interval = chat._table.config.server.stream_keepalive
+    if interval and isinstance(encoder, KeepAlive):
+        return with_keepalive(frames, interval, encoder.keepalive())
+    return frames
+
+
+async def _encoded(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:
     """Frames of a streaming reply. A failure after the first frame becomes an error
     frame followed by the terminator: the client always sees a well-formed end."""
     try:

@@ -15,7 +15,9 @@ from dragoman.adapters import openai
 from dragoman.adapters.errors import ModelNotFound
 from dragoman.adapters.openai.remote_images import image_part_count, remote_image_urls, with_fetched_images
 from dragoman.proxy import anthropic_routes
+from dragoman.adapters.openai.choices import choice_count
 from dragoman.proxy.chat import collect, encode_stream, start_chat
+from dragoman.proxy.choices import answer_choices
 from dragoman.proxy.limits import check_message_count
 from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from dragoman.proxy.models import ModelTable
@@ -52,15 +54,20 @@ async def chat_completions(
     credential: NamedDependency[ClientCredential],
 ) -> Response[bytes] | Stream:
     check_message_count(len(data.messages), models.limits)
+    n = choice_count(data.n, models.limits.max_choices)
     fetch = models.config.server.image_fetch
     if fetch.enabled and (urls := remote_image_urls(data)):
         check_before_fetching(models, data.model, image_part_count(data))
         data = with_fetched_images(data, await fetch_as_data_uris(urls, fetch))
-    chat = await start_chat(
-        models, openai.to_canonical(data), record, authorization=credential.authorization
-    )
+    canonical = openai.to_canonical(data)
+    include_usage = bool(data.stream_options and data.stream_options.include_usage)
+    if n > 1:
+        return await answer_choices(
+            models, canonical, n, record, request.receive,
+            model=data.model, include_usage=include_usage, authorization=credential.authorization,
+        )  # fmt: skip
+    chat = await start_chat(models, canonical, record, authorization=credential.authorization)
     if data.stream:
-        include_usage = bool(data.stream_options and data.stream_options.include_usage)
         encoder = openai.StreamEncoder(data.model, include_usage=include_usage)
         return Stream(encode_stream(chat, encoder, record), media_type=encoder.media_type)
     result = await collect(chat, record, request.receive)

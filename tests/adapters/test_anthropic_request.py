@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from dragoman.adapters.anthropic import count_request, remote_image_urls, think_level_for_budget, to_canonical, wire
-from dragoman.adapters.canonical import ChatRequest, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolChoice
+from dragoman.adapters.canonical import ChatRequest, ImagePart, Message, ResponseFormat, TextPart, Tool, ToolCall, ToolChoice
 from dragoman.adapters.errors import RequestError, UnsupportedFeature
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
@@ -55,8 +55,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"tool_choice": ToolChoice(), "parallel_tool_calls": False}),
     ("output_config.format json_schema", {"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
      {"response_format": ResponseFormat(type="json_schema", schema={"type": "object"})}),
-    ("metadata, context_management, service_tier ignored",
-     {"metadata": {"user_id": "u"}, "context_management": {"edits": []}, "service_tier": "auto"}, {"num_predict": 64}),
+    ("metadata, an empty context_management, service_tier, top-level cache_control accepted",
+     {"metadata": {"user_id": "u"}, "context_management": {"edits": []}, "service_tier": "auto",
+      "cache_control": {"type": "ephemeral"}}, {"num_predict": 64}),
+    ("a tool-search tool: every deferred tool offered up front",
+     {"tools": [{"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}, {**WEATHER, "defer_loading": True}]},
+     {"tools": [Tool(name="get_weather", description="Weather", parameters=WEATHER["input_schema"])]}),
     ("stream", {"stream": True}, {"stream": True}),
 ]  # fmt: skip
 
@@ -183,6 +187,13 @@ REFUSALS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("two tools of one name", {"tools": [WEATHER, WEATHER]}, RequestError, "tools[1].name"),
     ("json_schema format without schema", {"output_config": {"format": {"type": "json_schema"}}}, RequestError,
      "output_config.format.schema"),
+    ("tool_choice forcing the tool search",
+     {"tools": [{"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}, WEATHER],
+      "tool_choice": {"type": "tool", "name": "tool_search_tool_bm25"}}, UnsupportedFeature, "tool_choice.name"),
+    ("a context edit dragoman does not apply", {"context_management": {"edits": [{"type": "compact_20260112"}]}},
+     UnsupportedFeature, "context_management.edits[0].type"),
+    ("a keep of the wrong kind", {"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "tool_uses", "value": 1}}]}},
+     RequestError, "context_management.edits[0].keep"),
 ]  # fmt: skip
 
 

@@ -57,7 +57,11 @@ TO_CANONICAL: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("think level", {"think": "high"}, {"think": True, "think_level": "high"}),
     ("keep_alive duration", {"keep_alive": "5m"}, {"keep_alive": 300.0}),
     ("logprobs", {"logprobs": True, "top_logprobs": 3}, {"logprobs": True, "top_logprobs": 3}),
-    ("context is accepted and ignored (deprecated)", {"context": [1, 2, 3]}, {"prompt": "hi"}),
+    ("context prepends a templated prompt, and a templated reply gives it back", {"context": [1, 2, 3]},
+     {"context": [1, 2, 3], "return_context": True}),
+    ("raw mode has no token memory, as in Ollama", {"raw": True, "context": [1, 2, 3]},
+     {"context": None, "return_context": False}),
+    ("an empty context is none", {"context": []}, {"context": None}),
     ("stream false", {"stream": False}, {"stream": False}),
 ]  # fmt: skip
 
@@ -119,6 +123,8 @@ STREAMS: list[tuple[str, list[Event], list[dict[str, Any]]]] = [
      [line(logprobs=[WIRE_LOGPROB]), line(done=True, done_reason="stop", **COUNTS)]),
     ("length", [ContentDelta("a"), Finish(reason="length", usage=FINISH.usage, timings=FINISH.timings)],
      [line(response="a"), line(done=True, done_reason="length", **COUNTS)]),
+    ("context on the final line only", [ContentDelta("a"), msgspec.structs.replace(FINISH, context=[5, 6])],
+     [line(response="a"), line(done=True, done_reason="stop", context=[5, 6], **COUNTS)]),
     ("an error is the last line", [ContentDelta("a"), ErrorEvent("runner crashed"), ContentDelta("b"), FINISH],
      [line(response="a"), {"error": "runner crashed"}]),
 ]  # fmt: skip
@@ -149,6 +155,11 @@ def test_whole_reply_is_the_aggregate_of_the_stream() -> None:
     streamed = [msgspec.json.decode(x) for x in encode_all(events).splitlines()]
     assert "".join(s["response"] for s in streamed) == body["response"]
     assert {k: streamed[-1][k] for k in COUNTS} == {k: body[k] for k in COUNTS}
+
+
+def test_the_whole_reply_carries_the_context() -> None:
+    body = msgspec.json.decode(generate.render_response(ChatResult(content="Hi", context=[1, 2]), "m"))
+    assert body["context"] == [1, 2]
 
 
 def test_load_and_unload_replies() -> None:
@@ -200,7 +211,10 @@ def test_recorded_stream_with_thinking_logprobs_and_context() -> None:
     deltas = [e for e in events if isinstance(e, ContentDelta)]
     assert [(d.text, [t.token for t in d.logprobs or []]) for d in deltas] == [("Paris", ["Paris"]), (".", ["."])]
     assert deltas[0].logprobs[0].top_logprobs[1] == TopLogprob("The", -4.5, [84, 104, 101])  # type: ignore[index]
-    assert events[-1] == Finish(reason="length", usage=Usage(14, 6), timings=Timings(187654321, 23456789, 34567890, 76543210))
+    context = [151644, 872, 198, 3838, 374, 279, 6722, 315, 9625, 30, 151645, 198, 151644, 77091, 198, 59604, 13]
+    assert events[-1] == Finish(
+        reason="length", usage=Usage(14, 6), timings=Timings(187654321, 23456789, 34567890, 76543210), context=context
+    )
 
 
 async def test_recorded_whole_reply_equals_the_recorded_stream() -> None:
@@ -211,8 +225,9 @@ async def test_recorded_whole_reply_equals_the_recorded_stream() -> None:
             yield item
 
     streamed, parsed = await aggregate(events(decode_transcript("ollama/generate_text.ndjson"))), await aggregate(events(whole))
-    assert (parsed.content, parsed.thinking, parsed.logprobs, parsed.usage) == (
-        streamed.content, streamed.thinking, streamed.logprobs, streamed.usage)  # fmt: skip
+    assert (parsed.content, parsed.thinking, parsed.logprobs, parsed.usage, parsed.context) == (
+        streamed.content, streamed.thinking, streamed.logprobs, streamed.usage, streamed.context)  # fmt: skip
+    assert parsed.context is not None and len(parsed.context) == 17
 
 
 def test_an_upstream_error_line() -> None:

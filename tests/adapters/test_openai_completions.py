@@ -69,7 +69,7 @@ def test_a_list_of_prompts_is_one_request_each() -> None:
 REFUSALS = [
     ("n > 1", {"n": 2}, UnsupportedFeature, "n"),
     ("best_of > 1", {"best_of": 3}, UnsupportedFeature, "best_of"),
-    ("logit_bias", {"logit_bias": {"50256": -100}}, UnsupportedFeature, "logit_bias"),
+    ("logit_bias out of range", {"logit_bias": {"50256": 300}}, RequestError, "logit_bias"),
     ("echo with logprobs", {"echo": True, "logprobs": 1}, UnsupportedFeature, "echo"),
     ("token-id prompt", {"prompt": [1, 2, 3]}, UnsupportedFeature, "prompt[0]"),
     ("token-id prompts", {"prompt": [[1, 2], [3]]}, UnsupportedFeature, "prompt[0]"),

@@ -291,9 +291,10 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("top_logprobs negative", {"logprobs": True, "top_logprobs": -1}, "top_logprobs", "between 0 and 20"),
     ("top_logprobs without logprobs", {"top_logprobs": 3}, "top_logprobs", "requires logprobs"),
     ("top_logprobs with logprobs false", {"logprobs": False, "top_logprobs": 3}, "top_logprobs", "requires logprobs"),
-    ("n above 1", {"n": 2}, "n", "only one choice"),
-    ("n zero", {"n": 0}, "n", "only one choice"),
-    ("logit_bias", {"logit_bias": {"50256": -100}}, "logit_bias", "not supported"),
+    ("logit_bias key not a token id", {"logit_bias": {"the": -100}}, "logit_bias", "keys are token ids"),
+    ("logit_bias negative key", {"logit_bias": {"-1": 5}}, "logit_bias", "keys are token ids"),
+    ("logit_bias past -100", {"logit_bias": {"7": -101}}, "logit_bias", "between -100 and 100"),
+    ("logit_bias too many entries", {"logit_bias": {str(i): 1 for i in range(1025)}}, "logit_bias", "at most 1024"),
     ("unknown tool_choice", {"tools": [WEATHER_TOOL], "tool_choice": "sometimes"}, "tool_choice", "allowed: none, auto, required"),
     ("tool_choice names a missing tool",
      {"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
@@ -316,8 +317,11 @@ def test_refusals_name_the_field(name: str, fields: dict[str, Any], param: str, 
     assert message in caught.value.message
 
 
-@pytest.mark.parametrize("fields", [{"n": 3}, {"logit_bias": {"1": 2}}], ids=["n", "logit_bias"])
-def test_unsupported_features_say_so(fields: dict[str, Any]) -> None:
-    with pytest.raises(UnsupportedFeature) as caught:
-        convert(**fields)
-    assert caught.value.code == "unsupported_feature"
+def test_return_progress_is_a_streams() -> None:
+    assert convert(return_progress=True, stream=True).return_progress
+    assert not convert(return_progress=True).return_progress  # a whole reply has no chunk to carry it
+
+
+def test_logit_bias_is_token_ids_to_biases() -> None:
+    assert convert(logit_bias={"50256": -100, "7": 2.5}).logit_bias == {50256: -100.0, 7: 2.5}
+    assert convert(logit_bias={}).logit_bias is None

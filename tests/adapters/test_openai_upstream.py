@@ -98,6 +98,8 @@ BODY_CASES: list[tuple[str, ChatRequest, Getter, Any]] = [
     ("tool_choice without tools omitted", request(tool_choice=ToolChoice(mode="none")),
      lambda b: b.get("tool_choice", ABSENT), ABSENT),
     ("logprobs", request(logprobs=True, top_logprobs=3), lambda b: (b["logprobs"], b["top_logprobs"]), (True, 3)),
+    ("logit_bias with string keys", request(logit_bias={50256: -100.0}), lambda b: b["logit_bias"], {"50256": -100.0}),
+    ("no logit_bias, no field", request(), lambda b: b.get("logit_bias", ABSENT), ABSENT),
     ("image parts with a sniffed data uri",
      request(messages=[Message(role="user", parts=[TextPart("what?"), ImagePart(data=PNG, mime_type="image/jpeg")])]),
      lambda b: b["messages"][0]["content"],

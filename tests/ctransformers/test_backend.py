@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from dragoman.adapters.canonical import ChatRequest, CompletionRequest, ContentDelta, Event, Finish, RoleStart, SamplingOptions
-from dragoman.adapters.errors import BackendError, ContextTooLong, Overloaded, UnsupportedFeature
+from dragoman.adapters.errors import BackendError, ContextTooLong, Overloaded, RequestError, UnsupportedFeature
 from dragoman.backends.base import Backend
 from dragoman.backends.ctransformers import CTransformersBackend
 from dragoman.backends.ctransformers.prompt import pieces_of
@@ -258,6 +258,24 @@ async def test_a_templated_completion_is_the_chat_it_means(backend: CTransformer
     templated = await collect(backend.complete(completion(QUESTION, system=SYSTEM)))
     assert text_of(templated) == text_of(chat)
     assert finish_of(templated).usage.prompt_tokens == finish_of(chat).usage.prompt_tokens
+
+
+async def test_ollama_context_is_given_and_taken_back(backend: CTransformersBackend) -> None:
+    """As Ollama: a templated completion's Finish carries the ids of its prompt and reply;
+    sent back, they prepend the next prompt, which then reads both turns."""
+    first = await collect(backend.complete(completion(QUESTION, return_context=True)))
+    context = finish_of(first).context
+    assert context is not None and text_of(first)
+    assert len(context) > finish_of(first).usage.prompt_tokens  # the reply's ids follow the prompt's
+    alone = await collect(backend.complete(completion("And of Italy?", return_context=True)))
+    second = await collect(backend.complete(completion("And of Italy?", context=context, return_context=True)))
+    assert finish_of(second).usage.prompt_tokens == finish_of(alone).usage.prompt_tokens + len(context)
+    assert finish_of(second).context[: len(context)] == context  # type: ignore[index]
+    assert finish_of(await collect(backend.complete(completion(QUESTION)))).context is None  # only when asked
+    for bad, words in (([10**6], "not a token id"), ([1] * 5000, "context holds 5000")):
+        with pytest.raises(RequestError, match=words) as info:
+            await collect(backend.complete(completion("x", context=bad)))
+        assert info.value.param == "context"
 
 
 async def test_no_fill_in_the_middle_without_the_tokens(backend: CTransformersBackend) -> None:

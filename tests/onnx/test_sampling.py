@@ -190,3 +190,12 @@ def test_seeds_fold_into_the_library_range(seed: int | None, want: int | None) -
 def test_top_k_past_the_vocabulary_is_the_whole_vocabulary(top_k: int | None, want: int | None) -> None:
     search, _ = plan_sampling(SamplingOptions(temperature=0.7, top_k=top_k), vocab_size=49152)
     assert search.top_k == want
+
+
+def test_logit_bias_comes_first_and_changes_the_greedy_pick() -> None:
+    row = np.array([1.0, 3.0, 2.0], dtype=np.float32)
+    processing = Processing(logit_bias={1: -100.0, 0: 0.5})
+    assert processing_active(processing)
+    out, forced = LogitsProcessor(processing).process(row, [])
+    assert forced is None and int(np.argmax(out)) == 2
+    assert out.tolist() == [1.5, -97.0, 2.0] and row.tolist() == [1.0, 3.0, 2.0]  # a new row

@@ -151,3 +151,49 @@ def test_errors_are_typed_by_the_client(client: anthropic.Anthropic, real_server
     bare = httpx.post(real_server.url + "/v1/messages", json={"model": MODEL, "messages": QUESTION})
     assert bare.status_code == 400
     assert bare.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: field required"}}
+
+
+# -- what agents send in 2026 (issue 27) ---------------------------------------------------
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+        "required": ["city", "country"], "additionalProperties": False}  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_output_config_format_is_enforced_by_the_grammar(client: anthropic.Anthropic, stream: bool) -> None:
+    """The small model left to itself answers prose; the schema makes it JSON that fits."""
+    body = {"output_config": {"format": {"type": "json_schema", "schema": CITY}, "effort": "low"}, "cache_control": {"type": "ephemeral"}, **GREEDY}
+    if stream:
+        with client.messages.stream(model=MODEL, max_tokens=64, messages=QUESTION, extra_body=body) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(model=MODEL, max_tokens=64, messages=QUESTION, extra_body=body)
+    assert message.stop_reason == "end_turn", message
+    import json
+
+    jsonschema.validate(json.loads(message.content[0].text), CITY)  # type: ignore[union-attr]
+
+
+def test_context_edits_and_tool_search_are_accepted(client: anthropic.Anthropic) -> None:
+    """Claude Code-style history with a tool search tool, deferred tools and edits that
+    clear old tool results and thinking: the model reads the edited conversation."""
+    history: list[dict] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for i in range(3):
+        history += [
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "I should look.", "signature": "x"},
+                                              {"type": "tool_use", "id": f"toolu_{i}", "name": "get_weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "Sunny, 21 C, light wind from the west. " * 8}]},
+        ]  # fmt: skip
+    edits = [{"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1}, "keep": {"type": "tool_uses", "value": 1}},
+             {"type": "clear_thinking_20251015"}]  # fmt: skip
+    tools = [{"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}, {**WEATHER, "defer_loading": True}]
+    message = client.messages.create(
+        model=MODEL, max_tokens=16, messages=history, tools=tools,  # type: ignore[arg-type]
+        extra_body={"context_management": {"edits": edits}, **GREEDY},
+    )
+    edited = client.messages.count_tokens(model=MODEL, messages=history, tools=tools)  # type: ignore[arg-type]
+    assert prompt_tokens(message.usage) < edited.input_tokens - 100  # two results fewer
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model=MODEL, max_tokens=8, messages=QUESTION,
+                               extra_body={"context_management": {"edits": [{"type": "compact_20260112"}]}})  # fmt: skip
+    assert "context_management.edits[0].type" in str(info.value)

@@ -63,6 +63,32 @@ def test_a_raw_prompt_keeps_its_special_tokens_special(ol: ollama.Client) -> Non
     assert raw.prompt_eval_count == chatted.prompt_eval_count
 
 
+def test_context_is_given_back_and_taken_back_as_ollama_does(ol: ollama.Client) -> None:
+    """The official client reads the final line's ``context`` (the ids of the prompt and
+    the reply) and sends it back: the second turn reads the first before its own
+    prompt, token for token the raw prompt of both turns written out (issue 27)."""
+    first = ol.generate(model=MODEL, prompt=QUESTION, options=GREEDY)
+    assert first.context and len(first.context) == first.prompt_eval_count + first.eval_count - (first.done_reason == "stop")
+    follow_up = "And of Italy?"
+    second = ol.generate(model=MODEL, prompt=follow_up, context=first.context, options=GREEDY)
+    written_out = CHATML + first.response + f"{SYSTEM}<|im_start|>user\n{follow_up}<|im_end|>\n<|im_start|>assistant\n"
+    raw = ol.generate(model=MODEL, prompt=written_out, raw=True, options=GREEDY)
+    assert (second.response, second.prompt_eval_count) == (raw.response, raw.prompt_eval_count)
+    assert second.prompt_eval_count > len(first.context) and second.context[: len(first.context)] == first.context
+    alone = ol.generate(model=MODEL, prompt=follow_up, options=GREEDY)
+    assert alone.prompt_eval_count == second.prompt_eval_count - len(first.context)
+    streamed = list(ol.generate(model=MODEL, prompt=follow_up, context=first.context, options=GREEDY, stream=True))
+    assert streamed[-1].context == second.context and all(p.context is None for p in streamed[:-1])
+    assert raw.context is None  # raw mode has no token memory, as in Ollama
+
+
+def test_context_is_checked_before_any_work(ol: ollama.Client) -> None:
+    for context, words in (([10**9], "context[0]"), ([1] * 5000, "context holds 5000 token ids")):
+        with pytest.raises(ollama.ResponseError) as info:
+            ol.generate(model=MODEL, prompt="Hi", context=context)
+        assert info.value.status_code == 400 and words in info.value.error
+
+
 def test_an_empty_prompt_loads_and_keep_alive_0_unloads(ol: ollama.Client) -> None:
     loaded = ol.generate(model=MODEL, prompt="")
     assert loaded.done and loaded.done_reason == "load" and loaded.response == ""

@@ -57,7 +57,12 @@ CASES = [
     ("backend failure", OLLAMA, {"model": "scripted", "messages": user("script:fail-before")}, 502, "scripted backend failure", None),
     ("backend failure streaming", OPENAI, {"model": "scripted", "stream": True, "messages": user("script:fail-before")}, 502, "scripted backend failure", None),
     ("backend failure streaming", OLLAMA, {"model": "scripted", "messages": user("script:fail-before")}, 502, "scripted backend failure", None),
-    ("n > 1", OPENAI, {"model": "scripted", "messages": user("x"), "n": 2}, 400, "n", "n"),
+    ("n over server.limits.max_choices", OPENAI, {"model": "scripted", "messages": user("x"), "n": 9}, 400, "server.limits.max_choices", "n"),
+    ("n zero", OPENAI, {"model": "scripted", "messages": user("x"), "n": 0}, 400, "n: must be at least 1", "n"),
+    ("return_progress where the backend reports none", OPENAI, {"model": "scripted", "messages": user("x"), "stream": True, "return_progress": True},
+     400, "does not report how far", "return_progress"),
+    ("logit_bias where the backend has none", OPENAI, {"model": "scripted", "messages": user("x"), "logit_bias": {"5": -100}},
+     400, "cannot bias token ids", "logit_bias"),
 ]
 
 

@@ -39,6 +39,7 @@ _stream_numbers = itertools.count()
 
 class ScriptedSettings(msgspec.Struct, forbid_unknown_fields=True):
     delay: float = 0.0  # seconds between events of the "slow" script
+    prefill: float = 1.0  # seconds the "prefill" script is silent after its start
     tools: bool = True
     vision: bool = True
 
@@ -140,6 +141,9 @@ class ScriptedBackend:
             for i in range(200):
                 await asyncio.sleep(self.settings.delay or 0.02)
                 yield ContentDelta(f"tick{i} ")
+        elif script == "prefill":  # a long prompt being read: started, then nothing for a while
+            await asyncio.sleep(self.settings.prefill)
+            yield ContentDelta("read it")
         elif script == "length":
             yield ContentDelta("cut short")
             yield Finish(reason="length", usage=Usage(5, 2))

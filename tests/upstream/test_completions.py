@@ -68,7 +68,7 @@ def test_raw_generate_through_an_ollama_upstream(gateway: RunningServer, ollama_
     lines = ndjson(reply) if stream else [reply.json()]
     assert "".join(line["response"] for line in lines) == "a + b\n"
     assert lines[-1]["done"] and lines[-1]["eval_count"] == 4 and lines[-1]["prompt_eval_count"] == 17
-    assert "context" not in lines[-1]  # deprecated; not relayed
+    assert "context" not in lines[-1]  # Ollama sends none in raw mode, and nothing is made up
 
 
 @STREAMS
@@ -86,6 +86,32 @@ def test_templated_generate_through_an_ollama_upstream(gateway: RunningServer, o
     if stream:  # each line's logprobs are those of its own text
         assert all("".join(t["token"] for t in line["logprobs"]) == line["response"] for line in lines if "logprobs" in line)
     assert lines[-1]["done_reason"] == "length"
+    # The final line's token memory, as the upstream sent it (issue 27).
+    assert lines[-1]["context"][:3] == [151644, 872, 198] and len(lines[-1]["context"]) == 17
+    assert all("context" not in line for line in lines[:-1])
+
+
+def test_context_goes_back_to_an_ollama_upstream(gateway: RunningServer, ollama_upstream: ReplayServer) -> None:
+    """The official client reads the upstream's context and sends it back as it was."""
+    client = ollama.Client(host=gateway.url)
+    first = client.generate(model="ol-generate-text", prompt="Capital of France?")
+    assert first.context is not None and len(first.context) == 17
+    before = len(ollama_upstream.received)
+    client.generate(model="ol-generate-text", prompt="And of Spain?", context=first.context)
+    assert last(ollama_upstream, before).json()["context"] == list(first.context)
+
+
+def test_context_cannot_go_to_an_openai_upstream(gateway: RunningServer) -> None:
+    body = {"model": "oa-chat", "prompt": "And of Spain?", "context": [1, 2, 3], "stream": False}
+    reply = httpx.post(gateway.url + "/api/generate", json=body, timeout=10)
+    assert reply.status_code == 400 and "context" in reply.json()["error"], reply.text
+
+
+def test_logit_bias_is_refused_by_name_for_an_ollama_upstream(gateway: RunningServer) -> None:
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="ol-generate-text", messages=[{"role": "user", "content": "hi"}], logit_bias={"5": -100})
+    assert info.value.body["param"] == "logit_bias" and "cannot bias token ids" in info.value.body["message"]  # type: ignore[index]
 
 
 def test_a_suffix_reaches_an_ollama_upstream_without_raw(gateway: RunningServer, ollama_upstream: ReplayServer) -> None:

@@ -2,8 +2,10 @@
 
 What cannot be expressed is refused with a 400 naming the field path as the client
 wrote it (``messages[1].content[0].type``); what is approximated is listed in
-``docs/fidelity.md``. ``cache_control``, ``metadata``, ``context_management`` and
-``service_tier`` mean nothing to a local model and are ignored.
+``docs/fidelity.md``. ``cache_control`` (local prefix reuse is automatic), ``metadata``
+and ``service_tier`` are accepted and ignored; ``context_management`` edits are applied
+(:mod:`adapters.anthropic.context_edits`); a tool-search tool is accepted, every
+deferred tool then offered up front.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 import msgspec
 
 from dragoman.adapters.anthropic import wire
+from dragoman.adapters.anthropic.context_edits import apply_edits
 from dragoman.adapters.canonical import (
     ChatRequest,
     ImagePart,
@@ -30,6 +33,7 @@ from dragoman.adapters.errors import RequestError, UnsupportedFeature
 from dragoman.adapters.images import decode_base64_image, decode_image_data_uri
 
 MIN_THINKING_BUDGET = 1024  # Anthropic's own lower bound
+TOOL_SEARCH = "tool_search_tool_"  # tool_search_tool_regex_20251119, tool_search_tool_bm25_20251119
 SYSTEM_JOIN = "\n\n"
 
 _EFFORT_LEVELS: dict[str, ThinkLevel] = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
@@ -45,7 +49,8 @@ def to_canonical(request: wire.MessagesRequest, fetched: Mapping[str, str] | Non
         num_predict=request.max_tokens,
         stop=[s for s in request.stop_sequences or () if s] or None,
     )
-    return msgspec.structs.replace(prompt, options=options, stream=request.stream)
+    messages = apply_edits(prompt.messages, request.context_management)
+    return msgspec.structs.replace(prompt, messages=messages, options=options, stream=request.stream)
 
 
 def count_request(request: wire.CountTokensRequest, fetched: Mapping[str, str] | None = None) -> ChatRequest:
@@ -141,6 +146,10 @@ def _output_format(config: wire.OutputConfig | None) -> ResponseFormat:
 def _tools(tools: list[wire.ToolParam] | None) -> list[Tool]:
     converted: list[Tool] = []
     for i, tool in enumerate(tools or ()):
+        if tool.type is not None and tool.type.startswith(TOOL_SEARCH):
+            # Anthropic's tool search runs on its side; here there is no search step,
+            # and every tool it would have found (defer_loading) is offered up front.
+            continue
         if tool.type not in (None, "custom"):
             param = f"tools[{i}].type"
             message = f"{param}: '{tool.type}' is one of Anthropic's own tools, which run on Anthropic's side; send a custom tool with input_schema"
@@ -161,6 +170,9 @@ def _tool_choice(choice: wire.ToolChoiceParam | None, tools: list[Tool]) -> tupl
     if choice.type == "tool":
         if not choice.name:
             raise RequestError("tool_choice.name: field required when tool_choice.type is 'tool'", param="tool_choice.name")
+        if choice.name.startswith(TOOL_SEARCH):
+            message = f"tool_choice.name: '{choice.name}' is Anthropic's tool search, which runs on its side; every deferred tool is offered directly here, so choose one of them"
+            raise UnsupportedFeature(message, param="tool_choice.name")
         if all(tool.name != choice.name for tool in tools):
             raise RequestError(f"tool_choice.name: no tool named '{choice.name}' in tools", param="tool_choice.name")
         return ToolChoice(mode="function", name=choice.name), parallel

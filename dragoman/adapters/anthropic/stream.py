@@ -155,6 +155,10 @@ class StreamEncoder:
     def close(self) -> bytes:
         return b""
 
+    def keepalive(self) -> bytes:
+        """Anthropic's own keep-alive event (clients skip it)."""
+        return _frame("ping", wire.Ping())
+
     # -- blocks -------------------------------------------------------------------------
 
     def _start(self, first: RoleStart) -> bytes:

@@ -1,8 +1,8 @@
 """Anthropic Messages on the wire (``anthropic-version: 2023-06-01``), spelled as the API
 spells it.
 
-Three groups: what clients send (decoded by Litestar; unknown fields such as
-``cache_control`` or ``context_management`` are tolerated and ignored), what we answer
+Three groups: what clients send (decoded by Litestar; unknown fields are tolerated and
+ignored; ``context_management`` edits are applied by :mod:`.context_edits`), what we answer
 (one ``type`` tag per block and per stream event, as the SDKs dispatch on it), and what
 an Anthropic-speaking upstream answers (every field optional, read leniently).
 
@@ -62,8 +62,11 @@ class ToolParam(msgspec.Struct):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     # None or "custom" for a client tool; Anthropic's own tools carry a dated type
-    # (``web_search_20250305``, ``bash_20250124``) and no schema.
+    # (``web_search_20250305``, ``bash_20250124``, ``tool_search_tool_regex_20251119``)
+    # and no schema.
     type: str | None = None
+    # Offered only once a tool-search tool finds it (Anthropic's tool search).
+    defer_loading: bool | None = None
 
 
 class ToolChoiceParam(msgspec.Struct):
@@ -87,6 +90,30 @@ class OutputConfig(msgspec.Struct):
     format: OutputFormat | None = None
 
 
+class EditCount(msgspec.Struct):
+    """A trigger, a keep or a clear_at_least: ``{"type": "input_tokens", "value": N}``,
+    ``tool_uses``, ``thinking_turns``."""
+
+    type: str
+    value: NonNegativeInt
+
+
+class ContextEdit(msgspec.Struct):
+    """One of ``context_management.edits`` (``clear_tool_uses_20250919``,
+    ``clear_thinking_20251015``); the type stays a string so others are refused by name."""
+
+    type: str
+    trigger: EditCount | None = None
+    keep: EditCount | Literal["all"] | None = None
+    clear_at_least: EditCount | None = None
+    exclude_tools: list[str] | None = None
+    clear_tool_inputs: bool | None = None
+
+
+class ContextManagement(msgspec.Struct):
+    edits: list[ContextEdit] | None = None
+
+
 class MessagesRequest(msgspec.Struct, kw_only=True):
     model: str
     max_tokens: PositiveInt
@@ -104,6 +131,9 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any] | None = None
     mcp_servers: list[Any] | None = None
     container: Any = None
+    # Automatic prompt caching: local prefix reuse is automatic, so accepted as a no-op.
+    cache_control: dict[str, Any] | None = None
+    context_management: ContextManagement | None = None
 
 
 class CountTokensRequest(msgspec.Struct, kw_only=True):

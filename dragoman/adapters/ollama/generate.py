@@ -75,6 +75,9 @@ def to_canonical(request: wire.GenerateRequest) -> CompletionRequest:
         top_logprobs=request.top_logprobs or 0,
         stream=bool(request.stream),
         keep_alive=keep_alive_seconds(request.keep_alive),
+        # Raw mode has no token memory, either way, as in Ollama.
+        context=None if request.raw else request.context or None,
+        return_context=not request.raw,
     )
 
 
@@ -105,6 +108,7 @@ def to_upstream(request: CompletionRequest, model: str) -> bytes:
             options=wire_options(request.options),
             logprobs=request.logprobs,
             top_logprobs=request.top_logprobs,
+            context=request.context,
         )
     )
 
@@ -151,13 +155,14 @@ def _final(model: str, response: str, thinking: str | None, finish: Finish, **ex
         prompt_eval_duration=finish.timings.prompt_eval_ns,
         eval_count=finish.usage.completion_tokens,
         eval_duration=finish.timings.eval_ns,
+        context=finish.context,
         **extra,  # type: ignore[arg-type]
     )
 
 
 def render_response(result: ChatResult, model: str) -> bytes:
     """The non-streaming ``/api/generate`` reply."""
-    finish = Finish(reason=result.finish_reason, usage=result.usage, timings=result.timings)
+    finish = Finish(reason=result.finish_reason, usage=result.usage, timings=result.timings, context=result.context)
     calls = [numbered_call(c, i) for i, c in enumerate(result.tool_calls)] or None
     logprobs = wire_logprobs(result.logprobs) if result.logprobs else None
     return _encoder.encode(

@@ -128,6 +128,7 @@ def _upstream_finish(reply: wire.UpstreamChatResponse) -> Finish:
             prompt_eval_ns=reply.prompt_eval_duration,
             eval_ns=reply.eval_duration,
         ),
+        context=reply.context,
     )
 
 

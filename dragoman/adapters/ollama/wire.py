@@ -169,7 +169,8 @@ class GenerateRequest(GoRequest, omit_defaults=True):
     system: str | None = ""
     # Go templates are not rendered: convert refuses a non-empty one, naming it.
     template: str | None = ""
-    # Deprecated token memory of an earlier reply: accepted and ignored.
+    # Token memory of an earlier reply (deprecated by Ollama, still served): the ids
+    # prepend the prompt. Bounded by the body's size here, by the model's context there.
     context: list[int] | None = None
     stream: bool | None = True
     raw: bool | None = False
@@ -243,6 +244,8 @@ class GenerateResponse(msgspec.Struct, omit_defaults=True):
     prompt_eval_duration: int | None = None
     eval_count: int | None = None
     eval_duration: int | None = None
+    # On the final line of a templated generate: the ids of the prompt and the reply.
+    context: list[int] | None = None
 
 
 class ErrorResponse(msgspec.Struct):
@@ -266,6 +269,7 @@ class UpstreamChatResponse(msgspec.Struct):
     eval_duration: int = 0
     error: str | None = None
     status: int | None = None
+    context: list[int] | None = None  # /api/generate's, read through UpstreamGenerateDecoder
 
 
 class UpstreamGenerateResponse(msgspec.Struct):
@@ -287,6 +291,7 @@ class UpstreamGenerateResponse(msgspec.Struct):
     eval_duration: int = 0
     error: str | None = None
     status: int | None = None
+    context: list[int] | None = None
 
 
 # -- discovery -------------------------------------------------------------------------

@@ -27,10 +27,11 @@ from dragoman.adapters.canonical import (
     Usage,
 )
 from dragoman.adapters.errors import DragomanError, RequestError, UnsupportedFeature, error_for_status
+from dragoman.adapters.logit_bias import parse_logit_bias
 from dragoman.adapters.openai import completion_wire as wire
 from dragoman.adapters.openai.convert import keep_alive_seconds, sampling_options
 from dragoman.adapters.openai.ids import SYSTEM_FINGERPRINT, new_text_completion_id
-from dragoman.adapters.openai.stream import DONE_FRAME, SSE_MEDIA_TYPE, finite_logprob, render_error, usage_stats
+from dragoman.adapters.openai.stream import DONE_FRAME, KEEPALIVE_FRAME, SSE_MEDIA_TYPE, finite_logprob, render_error, usage_stats
 from dragoman.adapters.openai.wire import UsageStats
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's, when max_tokens is not sent
@@ -45,6 +46,7 @@ def to_canonical(request: wire.CompletionRequest) -> list[CompletionRequest]:
     """One canonical request per prompt, in the order of the choices."""
     _refuse_unsupported(request)
     options = sampling_options(request, DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens)
+    bias = parse_logit_bias(request.logit_bias)
     return [
         CompletionRequest(
             model=request.model,
@@ -54,6 +56,7 @@ def to_canonical(request: wire.CompletionRequest) -> list[CompletionRequest]:
             options=options,
             logprobs=request.logprobs is not None,
             top_logprobs=request.logprobs or 0,
+            logit_bias=bias,
             stream=bool(request.stream),
             keep_alive=keep_alive_seconds(request.keep_alive),
         )
@@ -81,8 +84,6 @@ def _refuse_unsupported(request: wire.CompletionRequest) -> None:
     if request.best_of is not None and request.best_of != 1:
         message = f"best_of: only one candidate per prompt is generated (best_of=1), got {request.best_of}"
         raise UnsupportedFeature(message, param="best_of")
-    if request.logit_bias:
-        raise UnsupportedFeature("logit_bias: not supported; omit it or send {}", param="logit_bias")
     if request.echo and request.logprobs is not None:
         message = "echo: the prompt's own logprobs are not computed, so echo cannot be combined with logprobs"
         raise UnsupportedFeature(message, param="echo")
@@ -165,6 +166,9 @@ class ChoiceEncoder:
 
     def close(self) -> bytes:
         return b""
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE_FRAME
 
     def _text(self, text: str, tokens: list[TokenLogprob] | None) -> bytes:
         logprobs = None

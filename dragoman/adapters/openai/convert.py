@@ -28,6 +28,7 @@ from dragoman.adapters.durations import parse_duration
 from dragoman.adapters.errors import RequestError, UnsupportedFeature
 from dragoman.adapters.images import decode_base64_image
 from dragoman.adapters.json_depth import TOO_DEEP
+from dragoman.adapters.logit_bias import parse_logit_bias
 from dragoman.adapters.openai import wire
 from dragoman.adapters.tool_choice import parse_tool_choice
 
@@ -39,7 +40,6 @@ _URL_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
     """The canonical request for an OpenAI client's request."""
-    _refuse_unsupported(request)
     if not request.messages:  # OpenAI refuses it too (Ollama's /api/chat loads the model instead)
         raise RequestError("messages: must not be empty; send at least one message", param="messages")
     tools = [_tool(t) for t in request.tools or ()]
@@ -56,16 +56,12 @@ def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
         think_level=think_level,
         logprobs=bool(request.logprobs),
         top_logprobs=_top_logprobs(request),
+        logit_bias=parse_logit_bias(request.logit_bias),
+        # As llama-server: progress chunks are a stream's; a whole reply has none to carry.
+        return_progress=bool(request.return_progress and request.stream),
         stream=bool(request.stream),
         keep_alive=keep_alive_seconds(request.keep_alive),
     )
-
-
-def _refuse_unsupported(request: wire.ChatCompletionRequest) -> None:
-    if request.n is not None and request.n != 1:
-        raise UnsupportedFeature(f"n: only one choice per request is supported (n=1), got {request.n}", param="n")
-    if request.logit_bias:
-        raise UnsupportedFeature("logit_bias: not supported; omit it or send {}", param="logit_bias")
 
 
 def _reasoning(request: wire.ChatCompletionRequest) -> tuple[bool | None, ThinkLevel | None]:

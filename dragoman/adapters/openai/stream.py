@@ -22,6 +22,7 @@ from dragoman.adapters.canonical import (
     Finish,
     FinishReason,
     Logprobs,
+    PromptProgress,
     RoleStart,
     ThinkingDelta,
     ToolCall,
@@ -35,6 +36,9 @@ from dragoman.adapters.openai.ids import SYSTEM_FINGERPRINT, new_call_id, new_co
 
 SSE_MEDIA_TYPE = "text/event-stream"
 DONE_FRAME = b"data: [DONE]\n\n"
+# An SSE comment: every client ignores it, proxies see bytes moving (llama-server and
+# OpenRouter send the same kind during a long prefill).
+KEEPALIVE_FRAME = b": keep-alive\n\n"
 # What OpenAI sends for a token the model rules out: JSON has no -Infinity, and the
 # null msgspec would write breaks clients that type logprob as a number.
 IMPOSSIBLE_LOGPROB = -9999.0
@@ -45,6 +49,24 @@ _EMPTY_DELTA = wire.ChatCompletionDelta()
 
 def render_response(result: ChatResult, model: str) -> bytes:
     """The ``chat.completion`` body of a non-streaming reply."""
+    return render_choices([result], model, usage=result.usage)
+
+
+def render_choices(results: list[ChatResult], model: str, *, usage: Usage) -> bytes:
+    """The ``chat.completion`` body of one choice per result (``n``), indexed in order."""
+    response = wire.ChatCompletionResponse(
+        id=new_completion_id(),
+        object="chat.completion",
+        created=int(time.time()),
+        model=model,
+        system_fingerprint=SYSTEM_FINGERPRINT,
+        choices=[_choice(result, index) for index, result in enumerate(results)],
+        usage=usage_stats(usage),
+    )
+    return _encoder.encode(response)
+
+
+def _choice(result: ChatResult, index: int) -> wire.ChatCompletionChoice:
     thinking = result.thinking or None
     message = wire.ChatCompletionResponseMessage(
         role="assistant",
@@ -54,22 +76,12 @@ def render_response(result: ChatResult, model: str) -> bytes:
         reasoning=thinking,
         tool_calls=[_tool_call(call) for call in result.tool_calls] or None,
     )
-    choice = wire.ChatCompletionChoice(
-        index=0,
+    return wire.ChatCompletionChoice(
+        index=index,
         message=message,
         finish_reason=finish_reason(result.finish_reason, has_tool_calls=bool(result.tool_calls)),
         logprobs=None if result.logprobs is None else _logprobs(result.logprobs),
     )
-    response = wire.ChatCompletionResponse(
-        id=new_completion_id(),
-        object="chat.completion",
-        created=int(time.time()),
-        model=model,
-        system_fingerprint=SYSTEM_FINGERPRINT,
-        choices=[choice],
-        usage=usage_stats(result.usage),
-    )
-    return _encoder.encode(response)
 
 
 def render_error(err: DragomanError) -> bytes:
@@ -92,11 +104,15 @@ class StreamEncoder:
 
     media_type = SSE_MEDIA_TYPE
 
-    def __init__(self, model: str, *, include_usage: bool = False) -> None:
+    def __init__(
+        self, model: str, *, include_usage: bool = False, index: int = 0, id: str | None = None, created: int | None = None
+    ) -> None:
         self.model = model
         self.include_usage = include_usage
-        self.id = new_completion_id()
-        self.created = int(time.time())
+        # Which choice this is (``n``): its chunks share the response's id and created.
+        self.index = index
+        self.id = id or new_completion_id()
+        self.created = int(time.time()) if created is None else created
         self._started = False
         self._calls_sent = 0
         # upstream fragment index -> our index, and whether that call's name went out
@@ -125,6 +141,9 @@ class StreamEncoder:
             return head + self.error(error_for_status(event.status, event.message, retry_after=event.retry_after))
         if isinstance(event, RoleStart):
             return head
+        if isinstance(event, PromptProgress):
+            stats = wire.PromptProgressStats(event.total, event.cached, event.processed, event.elapsed_ms)
+            return head + self._chunk([], prompt_progress=stats)
         raise TypeError(f"unknown event {event!r}")  # pragma: no cover - exhaustiveness
 
     def error(self, err: DragomanError) -> bytes:
@@ -134,13 +153,16 @@ class StreamEncoder:
     def close(self) -> bytes:
         return DONE_FRAME
 
+    def keepalive(self) -> bytes:
+        return KEEPALIVE_FRAME
+
     def _start(self) -> bytes:
         self._started = True
         return self._delta(wire.ChatCompletionDelta(role="assistant", content=""))
 
     def _finish(self, event: Finish) -> bytes:
         reason = finish_reason(event.reason, has_tool_calls=self._calls_sent > 0)
-        frame = self._chunk([wire.ChatCompletionStreamChoice(index=0, delta=_EMPTY_DELTA, finish_reason=reason)])
+        frame = self._chunk([wire.ChatCompletionStreamChoice(index=self.index, delta=_EMPTY_DELTA, finish_reason=reason)])
         if self.include_usage:
             frame += self._chunk([], usage=usage_stats(event.usage))
         return frame
@@ -172,10 +194,19 @@ class StreamEncoder:
         return index
 
     def _delta(self, delta: wire.ChatCompletionDelta, logprobs: wire.ChoiceLogprobs | None = None) -> bytes:
-        choice = wire.ChatCompletionStreamChoice(index=0, delta=delta, finish_reason=None, logprobs=logprobs)
+        choice = wire.ChatCompletionStreamChoice(index=self.index, delta=delta, finish_reason=None, logprobs=logprobs)
         return self._chunk([choice])
 
-    def _chunk(self, choices: list[wire.ChatCompletionStreamChoice], usage: wire.UsageStats | None = None) -> bytes:
+    def usage_frame(self, usage: Usage) -> bytes:
+        """The chunk with no choices that carries the usage (``include_usage``)."""
+        return self._chunk([], usage=usage_stats(usage))
+
+    def _chunk(
+        self,
+        choices: list[wire.ChatCompletionStreamChoice],
+        usage: wire.UsageStats | None = None,
+        prompt_progress: wire.PromptProgressStats | None = None,
+    ) -> bytes:
         chunk = wire.ChatCompletionStreamResponse(
             id=self.id,
             object="chat.completion.chunk",
@@ -184,6 +215,7 @@ class StreamEncoder:
             system_fingerprint=SYSTEM_FINGERPRINT,
             choices=choices,
             usage=usage,
+            prompt_progress=prompt_progress,
         )
         return _frame(chunk)
 

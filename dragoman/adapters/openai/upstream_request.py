@@ -24,6 +24,7 @@ from dragoman.adapters.canonical import (
 from dragoman.adapters.errors import UnsupportedFeature
 from dragoman.adapters.call_ids import paired_calls
 from dragoman.adapters.images import sniff_image_mime
+from dragoman.adapters.logit_bias import wire_logit_bias
 from dragoman.adapters.openai.ids import new_call_id
 from dragoman.adapters.tool_choice import wire_tool_choice
 
@@ -65,6 +66,8 @@ def to_upstream(request: ChatRequest, model: str, *, extra_options: bool = False
         body["logprobs"] = True
         if request.top_logprobs:
             body["top_logprobs"] = request.top_logprobs
+    if request.logit_bias:
+        body["logit_bias"] = wire_logit_bias(request.logit_bias)
     body["stream"] = request.stream
     if request.stream:
         body["stream_options"] = {"include_usage": True}
@@ -93,6 +96,8 @@ def completion_to_upstream(
         body["response_format"] = _upstream_format(request.response_format)
     if request.logprobs:
         body["logprobs"] = request.top_logprobs
+    if request.logit_bias:
+        body["logit_bias"] = wire_logit_bias(request.logit_bias)
     body["stream"] = request.stream
     if request.stream:
         body["stream_options"] = {"include_usage": True}

@@ -127,6 +127,8 @@ class ChatCompletionRequest(msgspec.Struct):
     top_logprobs: int | None = None
     n: int | None = None
     logit_bias: dict[str, float] | None = None
+    # llama-server's: prompt_progress chunks while the prompt is read (stream only).
+    return_progress: bool | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
@@ -238,6 +240,16 @@ class ChatCompletionStreamChoice(msgspec.Struct, omit_defaults=True):
     logprobs: ChoiceLogprobs | None = None
 
 
+class PromptProgressStats(msgspec.Struct):
+    """llama-server's ``prompt_progress``: ``processed`` of ``total`` prompt tokens read,
+    ``cache`` of them from a cache, ``time_ms`` since the prompt began."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
 class ChatCompletionStreamResponse(msgspec.Struct, omit_defaults=True):
     id: str
     object: Literal["chat.completion.chunk"]
@@ -246,6 +258,7 @@ class ChatCompletionStreamResponse(msgspec.Struct, omit_defaults=True):
     system_fingerprint: str
     choices: list[ChatCompletionStreamChoice]
     usage: UsageStats | None = None
+    prompt_progress: PromptProgressStats | None = None  # return_progress: a chunk with no choices
 
 
 class OpenAIErrorDetail(msgspec.Struct):

@@ -34,7 +34,7 @@ from dragoman.adapters.canonical import (
     Timings,
     Usage,
 )
-from dragoman.adapters.errors import BackendError, ContextTooLong, UnsupportedFeature
+from dragoman.adapters.errors import BackendError, ContextTooLong, RequestError, UnsupportedFeature
 from dragoman.backends.admission import Admission
 from dragoman.backends.base import Capabilities, LoadedModel, ModelDetails
 from dragoman.backends.ctransformers import generation, loading
@@ -53,6 +53,7 @@ from dragoman.backends.ctransformers.settings import CTransformersSettings
 from dragoman.backends.residency import Residency
 from dragoman.backends.text.chat_template import render_chat_segments
 from dragoman.backends.text.fim import find_fim
+from dragoman.backends.text.memory import check_context
 from dragoman.backends.text.segments import Segment, fewest_tokens, prompt_bytes
 
 log = logging.getLogger("dragoman.ctransformers")
@@ -181,6 +182,9 @@ class CTransformersBackend:
         """Templated: the chat it means. Raw: the prompt as it is, its special tokens
         special (api-mapping §7), and only the client's own stops. With a suffix: the
         model's FIM frame around the client's prefix and suffix, both plain text."""
+        if request.templated and (request.context or request.return_context):
+            # Ollama's token memory: the request stays a completion, its prompt the chat's.
+            return self._run(request, lambda file: self._chat_prompt(request.as_chat(), file))
         if request.templated:
             return self.chat(request.as_chat())
         return self._run(request, lambda file: (self._completion(request, file), ()))
@@ -229,10 +233,22 @@ class CTransformersBackend:
                 f"has a context of {limit}" + (" (num_ctx)" if request.options.num_ctx else ""),
                 param="messages" if isinstance(request, ChatRequest) else "prompt",
             )
-        pieces = pieces_of(segments, file.special_tokens)
+        memory = isinstance(request, CompletionRequest) and request.templated
+        prefix = list(request.context or []) if isinstance(request, CompletionRequest) and memory else []
+        # (the first check bounds the length before the library is asked anything)
+        if prefix:
+            check_context(prefix, vocab_size=2**31, context_length=limit)
+        pieces: list[str | int] = [*prefix, *pieces_of(segments, file.special_tokens)]
         llm = await pool.acquire(self.name)
+        if prefix:
+            try:  # ids the library has no row for would read past its embedding table
+                check_context(prefix, vocab_size=llm.vocab_size, context_length=limit)
+            except RequestError:
+                pool.release(llm)
+                raise
+        want_context = isinstance(request, CompletionRequest) and memory and request.return_context
         run = Run(asyncio.get_running_loop(), next(self._ids))
-        job = functools.partial(self._work, llm, file, pieces, plan, limit, run)
+        job = functools.partial(self._work, llm, file, pieces, plan, limit, run, want_context)
         future = asyncio.wrap_future(executor.submit(job))
         self._cancels.add(run.cancel)
         future.add_done_callback(functools.partial(self._finished, run, pool, llm))
@@ -247,16 +263,18 @@ class CTransformersBackend:
                 yield ContentDelta(text)
                 item = await run.queue.get()
             done = True
-            yield self._finish(future, began, load_ns)
+            yield self._finish(future, began, load_ns, run.context)
         finally:
             if not done:  # the client went away (or the stream was closed)
                 run.cancel.set()
                 run.tokens_at_cancel = max(run.tokens, run.generated)
 
     def _work(
-        self, llm: Any, file: ModelFile, pieces: list[str | int], plan: SamplePlan, limit: int, run: Run
+        self, llm: Any, file: ModelFile, pieces: list[str | int], plan: SamplePlan, limit: int, run: Run,
+        want_context: bool = False,
     ) -> generation.Outcome | Refused:
-        """On the worker thread: tokenize, refuse a prompt that does not fit, generate."""
+        """On the worker thread: tokenize, refuse a prompt that does not fit, generate;
+        with ``want_context``, leave the ids of the prompt and the reply on ``run``."""
         tokens = generation.tokenize(llm, pieces, add_bos=file.add_bos)
         run.prompt_tokens = len(tokens)
         if len(tokens) >= limit:
@@ -269,7 +287,20 @@ class CTransformersBackend:
             batch_size=self.settings.batch_size,
             threads=self.settings.threads or -1,
         )
-        return generation.run(llm, job, run.emit, run.cancel)
+        if not want_context:
+            return generation.run(llm, job, run.emit, run.cancel)
+        texts: list[str] = []
+
+        def emit(text: str, generated: int) -> None:
+            texts.append(text)
+            run.emit(text, generated)
+
+        outcome = generation.run(llm, job, emit, run.cancel)
+        # As Ollama: the prompt and the reply tokenised again; no BOS, which the next
+        # turn's prompt gets anyway.
+        prompt = tokens[1:] if file.add_bos and tokens[:1] == [llm.bos_token_id] else tokens
+        run.context = [*prompt, *generation.tokenize(llm, ["".join(texts)], add_bos=False)]
+        return outcome
 
     def _finished(self, run: Run, pool: InstancePool, llm: Any, future: asyncio.Future[Any]) -> None:
         """On the loop, once the worker thread has stopped: only now is the instance free."""
@@ -299,7 +330,7 @@ class CTransformersBackend:
                 context_length=outcome.limit,
             )
 
-    def _finish(self, future: asyncio.Future[Any], began: int, load_ns: int) -> Event:
+    def _finish(self, future: asyncio.Future[Any], began: int, load_ns: int, context: list[int] | None = None) -> Event:
         error = future.exception()
         if error is not None:
             return ErrorEvent(f"model '{self.name}' failed while generating: {type(error).__name__}: {error}")
@@ -315,6 +346,7 @@ class CTransformersBackend:
                 prompt_eval_ns=outcome.prompt_eval_ns,
                 eval_ns=outcome.eval_ns,
             ),
+            context=context,
         )
 
     # -- prompt ------------------------------------------------------------------------
@@ -368,3 +400,4 @@ class CTransformersBackend:
 
     def _wanted_context(self, file: ModelFile) -> int | None:
         return loading.wanted_context(self.route.config.context_length, file)
+

@@ -48,6 +48,9 @@ class Run:
         # Set on the worker thread once the prompt is tokenized, before anything is
         # emitted: read on the loop after the first item, it is already there.
         self.prompt_tokens: int | None = None
+        # The ids of the prompt and the reply (Ollama's context), set on the worker
+        # thread before the run ends, when the request asked for them.
+        self.context: list[int] | None = None
 
     def emit(self, text: str, tokens: int) -> None:
         """Called on the worker thread."""

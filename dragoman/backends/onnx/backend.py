@@ -28,6 +28,7 @@ from dragoman.adapters.canonical import (
     ErrorEvent,
     Event,
     Finish,
+    PromptProgress,
     Request,
     RoleStart,
     Timings,
@@ -43,8 +44,11 @@ from dragoman.backends.onnx.model_files import ModelFiles
 from dragoman.backends.text.output_parsers import LogprobsPairing, OutputParser
 from dragoman.backends.onnx.prepare import is_prepared, missing_build_tools
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
+from dragoman.backends.onnx.memory import context_ids, with_memory
 from dragoman.backends.onnx.prompts import chat_prompt, chat_start, completion_start
-from dragoman.backends.onnx.protocol import RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Refused, Report, Start, Started, Tokens
+from dragoman.backends.onnx.protocol import (
+    RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Progress, Refused, Report, Start, Started, Tokens,
+)  # fmt: skip
 from dragoman.backends.onnx.providers import flavour_problem
 from dragoman.backends.onnx.settings import OnnxSettings
 from dragoman.backends.onnx.worker_slot import WorkerSlot, engine_text
@@ -97,6 +101,8 @@ class OnnxBackend:
             logprobs=True,
             insert=find_fim(self.files.tokenizer().added) is not None,
             embedding=has_hidden_states(self.files.folder()),
+            logit_bias=True,
+            prompt_progress=True,
         )
 
     def embedding_length(self) -> int | None:
@@ -208,7 +214,7 @@ class OnnxBackend:
     # -- chat --------------------------------------------------------------------------
 
     def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
-        return self.chat(request.as_chat()) if request.templated else self._run(request)
+        return self._run(request)
 
     def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
         return self._run(request)
@@ -227,6 +233,11 @@ class OnnxBackend:
         worker = self.slot.worker
         assert worker is not None and worker.ready is not None
         start, parser = self._plan(request, next(self._ids), worker.ready.context_length)
+        memory = isinstance(request, CompletionRequest) and (request.context or request.return_context)
+        tokenizer = await self._prompt_tokenizer("read or give back context", "context") if memory else None
+        if tokenizer is not None and isinstance(request, CompletionRequest) and request.context:
+            start = await asyncio.to_thread(with_memory, start, request.context, tokenizer)
+        reply: list[str] = []  # the raw text, for the context a completion gives back
         try:
             worker.send(start)
         except FrameTooLarge as exc:
@@ -244,18 +255,27 @@ class OnnxBackend:
             yield RoleStart(prompt_tokens=first.prompt_tokens)
             while True:
                 report = await reports.get()
-                if isinstance(report, Tokens):
+                if isinstance(report, Progress):
+                    yield PromptProgress(report.total, report.cached, report.processed, report.elapsed_ns // 1_000_000)
+                elif isinstance(report, Tokens):
                     consumed += len(report.token_ids)
                     if consumed - credited >= RUN_AHEAD // 4:
                         worker.send(Credit(start.request_id, consumed))
                         credited = consumed
+                    if tokenizer is not None:
+                        reply.append(report.text)
                     for event in logprobs.pair(parser.feed(report.text), report.logprobs if request.logprobs else None):
                         yield event
                 elif isinstance(report, Done):
                     finished = True
                     for event in [*logprobs.pair([*parser.feed(report.text), *parser.finish()], None), *logprobs.flush()]:
                         yield event
-                    yield self._finish(report, parser, began, load_ns, request)
+                    finish = self._finish(report, parser, began, load_ns, request)
+                    if tokenizer is not None and isinstance(request, CompletionRequest) and request.return_context:
+                        reply.append(report.text)
+                        ids = await asyncio.to_thread(context_ids, tokenizer, start.prompt, "".join(reply))
+                        finish = msgspec.structs.replace(finish, context=ids)
+                    yield finish
                     self.counters["finished"] += 1
                     return
                 else:
@@ -273,22 +293,28 @@ class OnnxBackend:
         renders it, tokenised by the worker's own prompt tokenizer (``tokenizer.json``
         through ``tokenizers``, which lets go of the GIL), rendered and tokenised on a thread: counting
         needs no loaded model and is not bounded by the context."""
+        counter = await self._prompt_tokenizer("count tokens", "model")
+        # Rendering a long conversation's template is CPU work too: on the thread as well.
+        return len(await asyncio.to_thread(lambda: counter.encode(chat_prompt(self.files, self.settings, request))))
+
+    async def _prompt_tokenizer(self, use: str, param: str) -> PromptTokenizer:
+        """The worker's prompt tokenizer, read once on a thread (counting, Ollama's context)."""
         await self.files.ensure()
         if self._counter is None:
             counter = await asyncio.to_thread(PromptTokenizer, self.files.folder(), None)
             if not counter.linear:
                 raise UnsupportedFeature(
-                    f"model '{self.name}' cannot count tokens: its folder has no tokenizer.json that tokenizers reads",
-                    param="model",
+                    f"model '{self.name}' cannot {use}: its folder has no tokenizer.json that tokenizers reads",
+                    param=param,
                 )
             self._counter = counter
-        counter = self._counter
-        # Rendering a long conversation's template is CPU work too: on the thread as well.
-        return len(await asyncio.to_thread(lambda: counter.encode(chat_prompt(self.files, self.settings, request))))
+        return self._counter
 
     def _plan(self, request: Request, request_id: int, model_context: int) -> tuple[Start, OutputParser]:
         if isinstance(request, ChatRequest):
             return chat_start(self.files, self.settings, request, request_id, model_context)
+        if request.templated:  # the chat it means, its reply still a completion's
+            return chat_start(self.files, self.settings, request.as_chat(), request_id, model_context)
         return completion_start(self.files, request, request_id, model_context)
 
     def _raise_refusal(self, first: Report | WorkerGone, request: Request) -> NoReturn:

@@ -228,6 +228,7 @@ class BatchEngine:
         spent = time.perf_counter() - began
         sequence.computed += size
         sequence.prompt_eval_ns += int(spent * 1e9)
+        progress: list[tuple[Sequence, Report]] = [(sequence, sequence.progress())] if sequence.start.progress else []
         if self._generating() and self.step_seconds:
             budget = PREFILL_BUDGET * self.step_seconds
             if spent > budget:
@@ -235,7 +236,7 @@ class BatchEngine:
             elif spent < 0.6 * budget:
                 self.chunk = min(MAX_CHUNK, self.chunk + max(1, self.chunk // 4))
         if sequence.pending:
-            return []
+            return progress
         self.prefilling.remove(sequence)
         if sequence.warm:
             self._keep(sequence, sequence.prompt_length)
@@ -248,7 +249,7 @@ class BatchEngine:
             self._retire(sequence)
             if isinstance(chosen[-1], Done):
                 self._begin_warm_ups([sequence])
-        return [(sequence, r) for r in chosen]
+        return progress + [(sequence, r) for r in chosen]
 
     def _chunk_size(self, pending: int) -> int:
         size = min(pending, self.chunk if self._generating() else MAX_CHUNK)

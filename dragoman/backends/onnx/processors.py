@@ -48,6 +48,16 @@ def apply_penalties(
     return out
 
 
+def apply_logit_bias(logits: np.ndarray, bias: dict[int, float]) -> np.ndarray:
+    """Adds each token's bias to its logit (ids were checked against the vocabulary
+    when the request was planned; any past this row are left alone)."""
+    out = logits.copy()
+    for token, value in bias.items():
+        if token < out.size:
+            out[token] += np.float32(value)
+    return out
+
+
 def min_p_mask(logits: np.ndarray, min_p: float) -> np.ndarray:
     """Keep tokens whose probability is at least ``min_p`` times the top one's."""
     threshold = logits.max() + math.log(min_p)
@@ -154,6 +164,8 @@ class LogitsProcessor:
 
     def process(self, logits: np.ndarray, sequence: Sequence[int]) -> tuple[np.ndarray, int | None]:
         p = self.p
+        if p.logit_bias:  # first, as llama.cpp applies it before penalties and samplers
+            logits = apply_logit_bias(logits, p.logit_bias)
         if p.repeat_penalty or p.presence_penalty or p.frequency_penalty:
             window = p.repeat_last_n or DEFAULT_PENALTY_WINDOW
             logits = apply_penalties(

@@ -67,6 +67,19 @@ class PromptTokenizer:
                     ids[i] = encoding.ids
         return np.fromiter((t for row in ids for t in row), dtype=np.int32)
 
+    @property
+    def vocab_size(self) -> int:
+        """Ids below this are the tokenizer's own (added tokens included). Only with
+        ``tokenizers``."""
+        assert self._special is not None
+        return int(self._special.get_vocab_size(with_added_tokens=True))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens spelled out (they re-encode as themselves
+        in a special segment). Only with ``tokenizers`` (see :attr:`linear`)."""
+        assert self._special is not None
+        return str(self._special.decode(list(ids), skip_special_tokens=False))
+
     def _encode_with_library(self, segments: Sequence[Segment]) -> np.ndarray:
         parts: list[np.ndarray] = []
         for segment in segments:

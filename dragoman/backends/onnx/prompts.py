@@ -8,8 +8,10 @@ tokenises anything (so a megabyte of text is never tokenised to find out).
 
 from __future__ import annotations
 
+import msgspec
+
 from dragoman.adapters.canonical import ChatRequest, CompletionRequest, RequestBase
-from dragoman.adapters.errors import ContextTooLong, UnsupportedFeature
+from dragoman.adapters.errors import ContextTooLong, RequestError, UnsupportedFeature
 from dragoman.backends.onnx.grammar import guidance_for
 from dragoman.backends.onnx.model_files import ModelFiles
 from dragoman.backends.onnx.protocol import Guidance, Start
@@ -106,7 +108,11 @@ def _start(
             context_length=context,
             at_least=True,
         )
-    search, processing = plan_sampling(options, vocab_size=files.facts().vocab_size)
+    vocab_size = files.facts().vocab_size
+    search, processing = plan_sampling(options, vocab_size=vocab_size)
+    if request.logit_bias:
+        check_bias_ids(request.logit_bias, vocab_size)
+        processing = msgspec.structs.replace(processing, logit_bias=request.logit_bias)
     return Start(
         request_id=request_id,
         prompt=prompt,
@@ -119,7 +125,19 @@ def _start(
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs if request.logprobs else 0,
         special_tokens=special_tokens,
+        progress=request.return_progress,
     )
+
+
+def check_bias_ids(bias: dict[int, float], vocab_size: int | None) -> None:
+    """A biased id past the vocabulary is a client's mistake, named (OpenAI refuses it too)."""
+    if vocab_size is None:
+        return
+    bad = next((token for token in bias if token >= vocab_size), None)
+    if bad is not None:
+        raise RequestError(
+            f"logit_bias: {bad} is not a token id of this model (0 to {vocab_size - 1})", param="logit_bias"
+        )
 
 
 def stops(request: ChatRequest, *, tools_active: bool) -> list[str]:

@@ -72,6 +72,7 @@ class Processing(msgspec.Struct, omit_defaults=True, frozen=True):
     mirostat_eta: float = 0.1
     temperature: float = 1.0
     seed: int | None = None
+    logit_bias: dict[int, float] | None = None  # token id → added to its logit, first
 
 
 class Guidance(msgspec.Struct, frozen=True):
@@ -94,6 +95,8 @@ class Start(msgspec.Struct, tag="start", frozen=True):
     top_logprobs: int = 0
     # Keep special tokens in the text (parsers need markers that are special tokens).
     special_tokens: bool = False
+    # Report how far the prompt has been read, after each prefill chunk.
+    progress: bool = False
 
 
 class Cancel(msgspec.Struct, tag="cancel", frozen=True):
@@ -158,6 +161,17 @@ class Refused(msgspec.Struct, tag="refused", frozen=True):
     context_length: int = 0
 
 
+class Progress(msgspec.Struct, tag="progress", frozen=True):
+    """How far the prompt has been read (``Start.progress``), after a prefill chunk:
+    ``processed`` of ``total`` prompt tokens, ``cached`` of them from a prefix cache."""
+
+    request_id: int
+    total: int
+    cached: int
+    processed: int
+    elapsed_ns: int
+
+
 class Tokens(msgspec.Struct, tag="tokens", frozen=True):
     request_id: int
     token_ids: list[int]
@@ -191,7 +205,7 @@ class Pong(msgspec.Struct, tag="pong", frozen=True):
     request_id: int = -1  # never a request's: routed to nobody
 
 
-Report = Union[Ready, LoadFailed, Started, Refused, Tokens, Done, Failed, Pong]
+Report = Union[Ready, LoadFailed, Started, Refused, Progress, Tokens, Done, Failed, Pong]
 
 _command_decoder = msgspec.msgpack.Decoder(Command)
 _report_decoder = msgspec.msgpack.Decoder(Report)

@@ -60,6 +60,7 @@ def processing_active(processing: Processing) -> bool:
             processing.frequency_penalty,
             processing.tfs_z,
             processing.mirostat,
+            processing.logit_bias,
         )
     )
 

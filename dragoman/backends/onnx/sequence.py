@@ -16,7 +16,7 @@ import numpy as np
 
 from dragoman.backends.onnx.guidance import Guide
 from dragoman.backends.onnx.processors import LogitsProcessor, log_softmax
-from dragoman.backends.onnx.protocol import RUN_AHEAD, Done, Start, Tokens
+from dragoman.backends.onnx.protocol import RUN_AHEAD, Done, Progress, Start, Tokens
 from dragoman.backends.onnx.sampler import Sampler
 from dragoman.backends.onnx.token_text import TokenOutput, done_report
 from dragoman.backends.text.stops import StopMatcher
@@ -122,6 +122,9 @@ class Sequence(TokenOutput):
         if self.length >= self.budget:
             return tokens, self.done("length")
         return tokens, None
+
+    def progress(self) -> Progress:
+        return Progress(self.request_id, self.prompt_length, self.reused, self.computed, self.prompt_eval_ns)
 
     def done(self, reason: str) -> Done:
         return done_report(

@@ -33,7 +33,9 @@ from dragoman.backends.onnx.heap import IdleTrim
 from dragoman.backends.onnx.loading import sliding_window
 from dragoman.backends.onnx.preparation import NotPrepared, Prepared, Preparation
 from dragoman.backends.onnx.processors import LogitsProcessor
-from dragoman.backends.onnx.protocol import Cancel, Command, Credit, Done, Failed, Ping, Pong, Report, Shutdown, Start, Started, encode_frame
+from dragoman.backends.onnx.protocol import (
+    Cancel, Command, Credit, Done, Failed, Ping, Pong, Progress, Report, Shutdown, Start, Started, encode_frame,
+)  # fmt: skip
 from dragoman.backends.onnx.sampler import Sampler
 from dragoman.backends.onnx.sampling import processing_active
 from dragoman.backends.onnx.sequence import Sequence
@@ -257,6 +259,9 @@ class Worker:
             self.active.pop(generation.request_id, None)
             self.send(Failed(generation.request_id, f"prompt evaluation failed: {exc}"))
             return
+        if generation.start.progress:
+            self.send(Progress(generation.request_id, len(generation.prompt_ids), generation.reused,
+                               generation.evaluated, generation.prompt_eval_ns))  # fmt: skip
         per_token = (time.perf_counter() - began) / done
         self._seconds_per_prompt_token = 0.7 * self._seconds_per_prompt_token + 0.3 * per_token
 

@@ -30,7 +30,7 @@ from dragoman.adapters.canonical import (
     Request,
     Secret,
 )
-from dragoman.adapters.errors import BackendError, DragomanError
+from dragoman.adapters.errors import BackendError, DragomanError, UnsupportedFeature
 from dragoman.adapters.json_depth import TOO_DEEP
 from dragoman.backends.base import Capabilities, LoadedModel, ModelDetails
 from dragoman.backends.upstream.clients import ClientLease
@@ -173,7 +173,18 @@ class HttpUpstreamBackend:
         return self.exchange(request, lambda model: self.chat_call(request, model))
 
     def complete(self, request: CompletionRequest) -> AsyncIterator[Event]:
-        return self.exchange(request, lambda model: self.completion_call(request, model))
+        return self.exchange(request, lambda model: self.completion_call(self._without_memory(request), model))
+
+    def _without_memory(self, request: CompletionRequest) -> CompletionRequest:
+        """Ollama's token memory means nothing to another dialect's server: refused by
+        name (an Ollama upstream overrides this and forwards it)."""
+        if request.context:
+            raise UnsupportedFeature(
+                f"context: an upstream {self.kind} server keeps no token memory; send the earlier turns "
+                "as messages (/api/chat) instead",
+                param="context",
+            )
+        return request
 
     async def exchange(self, request: Request, make_call: Callable[[str], Call]) -> AsyncIterator[Event]:
         """Sends the call ``make_call`` writes for the upstream's name of the model to

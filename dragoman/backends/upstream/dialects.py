@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import msgspec
 import structlog
 
 from dragoman.adapters import ollama, openai
@@ -18,7 +19,7 @@ from dragoman.adapters.ollama import embed as ollama_embed
 from dragoman.adapters.openai import embed as openai_embed
 from dragoman.adapters.errors import DragomanError
 from dragoman.adapters.ollama import generate
-from dragoman.backends.base import ModelDetails
+from dragoman.backends.base import Capabilities, ModelDetails
 from dragoman.adapters.responses import upstream_reply as responses_reply
 from dragoman.adapters.responses import upstream_request as responses_upstream
 from dragoman.backends.upstream.backend import Call, HttpUpstreamBackend, StreamDecoder
@@ -40,6 +41,11 @@ class OpenAIBackend(HttpUpstreamBackend):
     responses_path = "/responses"
     models_path = "/models"
     kind = "openai"
+
+    def capabilities(self, model: str) -> Capabilities:
+        # logit_bias goes to Chat Completions; the Responses API has no such field.
+        responses = isinstance(self.settings, OpenAISettings) and self.settings.api == "responses"
+        return msgspec.structs.replace(super().capabilities(model), logit_bias=not responses)
 
     def encode_request(self, request: ChatRequest, model: str) -> bytes:
         body, dropped = openai.to_upstream(request, model, extra_options=self.settings.extra_options)
@@ -116,6 +122,9 @@ class OllamaBackend(HttpUpstreamBackend):
             generate.UpstreamGenerateDecoder,
             lambda body: ollama.parse_upstream_response(body, generate.UpstreamGenerateDecoder()),
         )
+
+    def _without_memory(self, request: CompletionRequest) -> CompletionRequest:
+        return request  # /api/generate takes the context back, as the client sent it
 
     def _label(self) -> str:
         return ", ".join(e.label for e in self.pool.endpoints)
