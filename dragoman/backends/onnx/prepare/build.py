@@ -21,13 +21,14 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import time
 from pathlib import Path
 
 import msgspec
 
 from dragoman.backends.onnx.prepare import catalogue
-from dragoman.backends.onnx.prepare.architectures import BuildProvider, check_target
+from dragoman.backends.onnx.prepare.architectures import FULL_MODEL_GGUF, BuildProvider, check_target
 from dragoman.backends.onnx.prepare.build_lock import build_lock
 from dragoman.backends.onnx.prepare.catalogue import Build, BuildRecord, SourceInfo, StageRecord
 from dragoman.backends.onnx.prepare.pinned_gguf import GGUF_SHA256, find_gguf
@@ -220,9 +221,31 @@ def target_folder(root: Path, stem: str, precision: str, provider: str, served: 
     raise PrepareError(f"more than 999 builds named {base} in {root}")
 
 
+# Set to "full" to build a GGUF through the float32 folder even where the streaming
+# build could (the benchmark and the tests that compare the two paths).
+PATH_VARIABLE = "DRAGOMAN_BUILD_PATH"
+
+
+def full_model_reason(source: Source) -> str:
+    """Why ``source`` is built through a float32 Hugging Face folder holding the whole
+    model; empty when the streaming build (one layer in memory at a time) takes it."""
+    if not source.is_gguf:
+        return "the source is a Hugging Face folder, which the builder loads whole"
+    if source.family in FULL_MODEL_GGUF:
+        return FULL_MODEL_GGUF[source.family]
+    if os.environ.get(PATH_VARIABLE) == "full":
+        return f"{PATH_VARIABLE}=full"
+    return ""
+
+
 def _run_worker(
     source: Source, work: Path, out: Path, provider: str, precision: str, bar: Progress, *, verbose: bool
 ) -> list[StageRecord]:
+    reason = full_model_reason(source)
+    if reason:
+        bar.note(f"building with the full-model path because {reason}")
+    else:
+        bar.note("building with the streaming path (the GGUF is read one layer at a time)")
     spec = WorkerSpec(
         hf_dir=str(work / "hf" if source.is_gguf else source.path),
         gguf=str(source.path) if source.is_gguf else None,
@@ -232,6 +255,7 @@ def _run_worker(
         provider=provider,
         template=source.template,
         extra_eos=source.extra_eos,
+        stream=source.is_gguf and not reason,
     )
     return run_worker(spec, work / "spec.json", bar, verbose=verbose)
 
