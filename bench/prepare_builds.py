@@ -159,7 +159,9 @@ def section(rows: list[dict[str, object]]) -> str:
               "about 6 for fp16/fp32, on top of 0.41 GiB for the interpreter and libraries. So building a 1.5B "
               "model as int4 takes about 16 GiB, a 3B about 30 GiB and a 7B about 70 GiB — `prepare` says so and "
               "refuses before it starts when that much is not available; a model can be built on a larger "
-              "machine (any OS, any provider) and its folder copied.", ""]  # fmt: skip
+              "machine (any OS, any provider) and its folder copied. These are the full-model path's figures (every "
+              "build here ran before issue 26); a GGUF now builds streamed, in far less: "
+              "[Streaming builds](#streaming-builds-issue-26).", ""]  # fmt: skip
     return "\n".join(lines)
 
 

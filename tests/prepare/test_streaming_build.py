@@ -35,7 +35,7 @@ def build(ref: str, home: Path, full: bool, monkeypatch: pytest.MonkeyPatch) -> 
     return built.path, output.getvalue().splitlines()
 
 
-@pytest.mark.parametrize(("arch", "quantize"), [("qwen2", "Q8_0"), ("llama", "Q4_0"), ("gemma3", "Q8_0")])
+@pytest.mark.parametrize(("arch", "quantize"), [("qwen2", "Q8_0"), ("llama", "Q4_0"), ("gemma3", "Q8_0"), ("mistral", "Q8_0")])
 def test_the_streaming_build_makes_the_full_paths_int4_model(
     arch: str, quantize: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,10 +47,8 @@ class GgufTensors:
         self.alias: dict[str, str] = {}
         for name, param in model.named_parameters(remove_duplicate=False):
             owner = first.setdefault(id(param), name)
-            if owner != name:
-                self.alias[name] = owner if owner in self.by_name else name
-                if name in self.by_name and owner not in self.by_name:
-                    self.alias[owner] = name
+            if owner != name:  # a second name for one tensor: read whichever the GGUF holds
+                self.alias[name] = self.alias[owner] = owner if owner in self.by_name else name
         missing = [n for n, _ in model.named_parameters(remove_duplicate=False) if self.source(n) not in self.by_name]
         if missing:
             raise SystemExit(f"error: the GGUF has no tensor for {len(missing)} weights of the model (e.g. {missing[0]})")
