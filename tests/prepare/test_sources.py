@@ -238,8 +238,21 @@ def test_prepare_refuses_up_front_when_memory_or_disk_is_short(tmp_path: Path, m
         prepare(str(path), home=tmp_path, progress=False)
     message = str(caught.value)
     assert "needs about 64.0 MiB of disk" in message and "10.0 MiB is free" in message
-    assert "needs about 460.8 MiB of memory at its peak" in message and "256.0 MiB is available" in message
+    assert "needs about 529.9 MiB of memory at its peak" in message and "256.0 MiB is available" in message
+    assert "as int4 (streamed from the GGUF a layer at a time) needs" in message
     assert not (tmp_path / "models").exists() or not list((tmp_path / "models").iterdir())
+
+
+def test_the_refusal_names_the_full_model_path_and_its_larger_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = gguf_file(tmp_path / "m.gguf")
+    monkeypatch.setattr(build_module, "missing_build_tools", lambda: [])
+    monkeypatch.setattr(support, "available_memory", lambda: 256 * support.MiB)
+    monkeypatch.setenv(build_module.PATH_VARIABLE, "full")
+    with pytest.raises(PrepareError) as caught:
+        prepare(str(path), home=tmp_path, progress=False)
+    message = str(caught.value)
+    assert f"as int4 (through a float32 copy of the whole model: {build_module.PATH_VARIABLE}=full) needs" in message
+    assert "needs about 460.8 MiB of memory at its peak" in message
 
 
 def test_missing_build_tools_are_named_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

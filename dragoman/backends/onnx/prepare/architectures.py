@@ -27,6 +27,13 @@ GGUF_ARCHITECTURES: dict[str, str] = {
     "lfm2": "Lfm2ForCausalLM",
 }
 
+# GGUF architectures the streaming build (backends/onnx/prepare/streaming.py) reads layer
+# by layer: those transformers reads through its classic GGUF reader, one tensor at a
+# time. The others are built through a float32 Hugging Face folder, with the reason.
+FULL_MODEL_GGUF: dict[str, str] = {
+    "lfm2": "transformers reads LFM2 GGUFs through its newer loader, which the streaming build does not reproduce",
+}
+
 # Hugging Face config.json architectures[0] the builder takes from a folder.
 HF_ARCHITECTURES: frozenset[str] = frozenset(
     {*GGUF_ARCHITECTURES.values(), "MistralForCausalLM", "GraniteForCausalLM"}

@@ -21,13 +21,14 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import time
 from pathlib import Path
 
 import msgspec
 
 from dragoman.backends.onnx.prepare import catalogue
-from dragoman.backends.onnx.prepare.architectures import BuildProvider, check_target
+from dragoman.backends.onnx.prepare.architectures import FULL_MODEL_GGUF, BuildProvider, check_target
 from dragoman.backends.onnx.prepare.build_lock import build_lock
 from dragoman.backends.onnx.prepare.catalogue import Build, BuildRecord, SourceInfo, StageRecord
 from dragoman.backends.onnx.prepare.pinned_gguf import GGUF_SHA256, find_gguf
@@ -74,26 +75,39 @@ class Estimate(msgspec.Struct, frozen=True):
 
 
 BYTES_PER_PARAMETER = {"int4": 0.75, "fp16": 2.0, "fp32": 4.0}  # output files; int4 keeps embeddings wider
-# Fitted on bench/prepare_builds.py (docs/benchmarks.md, "Model builds"): a tiny model's
-# build peaks at 0.41 GiB (the interpreter with torch, transformers and the builder),
-# SmolLM2's (135M parameters) at 1.71 GiB for int4 on CPU (10.5 bytes per parameter:
-# the builder holds the float32 model and its graph's float32 initializers while it
-# quantizes), 1.17 GiB for fp32 and 1.13 GiB for fp16 (6.1 and 5.8 bytes per
-# parameter); 494M parameters int4: 5.2 GiB (10.0 bytes per parameter). A margin of
-# 5-25% on top, so the check refuses only builds that would not fit.
+# The full-model path, fitted on bench/prepare_builds.py (docs/benchmarks.md, "Model
+# builds"): a tiny model's build peaks at 0.41 GiB (the interpreter with torch,
+# transformers and the builder), SmolLM2's (135M parameters) at 1.71 GiB for int4 on CPU
+# (10.5 bytes per parameter: the builder holds the float32 model and its graph's float32
+# initializers while it quantizes), 1.17 GiB for fp32 and 1.13 GiB for fp16 (6.1 and 5.8
+# bytes per parameter); 494M parameters int4: 5.2 GiB (10.0 bytes per parameter, 11.4 in
+# the issue 26 run). A margin of 5-25% on top, so the check refuses only builds that
+# would not fit.
 MEMORY_PER_PARAMETER = {"int4": 11.5, "fp16": 7.0, "fp32": 7.0}
 MEMORY_BASE = int(0.45 * GiB)
+# The streaming int4 build (docs/benchmarks.md, "Streaming builds"): the interpreter and
+# tokenizer, the int4 model it keeps until it writes it (0.64 bytes per parameter), and one
+# part's float32 weights with their quantization at a time — the largest part is the
+# embedding or LM head, a vocabulary × hidden matrix (4 bytes per element, 1.25× while it is
+# quantized). Random Qwen2.5-0.5B shape: 1.32 GiB measured. A 15% margin on top.
+STREAMING_BASE = int(0.45 * GiB)
+STREAMING_PER_PARAMETER = 0.65
+STREAMING_PER_LARGEST_ELEMENT = 5.0
+STREAMING_MARGIN = 1.15
 
 
 def estimate(source: Source, precision: str) -> Estimate:
     params = max(source.parameters, 1)
     output = int(params * BYTES_PER_PARAMETER[precision])
-    scratch = params * 4 if source.is_gguf else 0  # the dequantized float32 folder
-    return Estimate(
-        disk=scratch + output + 64 * MiB,
-        memory=int(params * MEMORY_PER_PARAMETER[precision]) + MEMORY_BASE,
-        output=output,
-    )
+    streamed = not full_model_reason(source)
+    if streamed and precision == "int4":
+        memory = STREAMING_MARGIN * (STREAMING_BASE + params * STREAMING_PER_PARAMETER
+                                     + source.largest_tensor * STREAMING_PER_LARGEST_ELEMENT)  # fmt: skip
+    else:
+        # fp16/fp32 keep every float32 weight until they are written, streamed or not
+        memory = params * MEMORY_PER_PARAMETER[precision] + MEMORY_BASE
+    scratch = params * 4 if source.is_gguf and not streamed else 0  # the dequantized float32 folder
+    return Estimate(disk=scratch + output + 64 * MiB, memory=int(memory), output=output)
 
 
 # -- the build -----------------------------------------------------------------------------------
@@ -166,8 +180,10 @@ def _build(
     if missing:
         raise PrepareError(f"building a model needs {', '.join(missing)}; install them with: {INSTALL_HINT}")
     need = estimate(source, precision)
+    reason = full_model_reason(source)
+    how = "streamed from the GGUF a layer at a time" if not reason else f"through a float32 copy of the whole model: {reason}"
     refusals = check_resources(disk_needed=need.disk, disk_at=target.parent, memory_needed=need.memory,
-                               what=f"building {source.model} ({source.parameter_size} parameters) as {precision}")  # fmt: skip
+                               what=f"building {source.model} ({source.parameter_size} parameters) as {precision} ({how})")  # fmt: skip
     if refusals:
         raise PrepareError("; and ".join(refusals))
     bar.stage(1, f"{source.model}: {source.family}, {source.parameter_size} parameters, {source.quantization or 'float'}; "
@@ -220,9 +236,31 @@ def target_folder(root: Path, stem: str, precision: str, provider: str, served: 
     raise PrepareError(f"more than 999 builds named {base} in {root}")
 
 
+# Set to "full" to build a GGUF through the float32 folder even where the streaming
+# build could (the benchmark and the tests that compare the two paths).
+PATH_VARIABLE = "DRAGOMAN_BUILD_PATH"
+
+
+def full_model_reason(source: Source) -> str:
+    """Why ``source`` is built through a float32 Hugging Face folder holding the whole
+    model; empty when the streaming build (one layer in memory at a time) takes it."""
+    if not source.is_gguf:
+        return "the source is a Hugging Face folder, which the builder loads whole"
+    if source.family in FULL_MODEL_GGUF:
+        return FULL_MODEL_GGUF[source.family]
+    if os.environ.get(PATH_VARIABLE) == "full":
+        return f"{PATH_VARIABLE}=full"
+    return ""
+
+
 def _run_worker(
     source: Source, work: Path, out: Path, provider: str, precision: str, bar: Progress, *, verbose: bool
 ) -> list[StageRecord]:
+    reason = full_model_reason(source)
+    if reason:
+        bar.note(f"building with the full-model path because {reason}")
+    else:
+        bar.note("building with the streaming path (the GGUF is read one layer at a time)")
     spec = WorkerSpec(
         hf_dir=str(work / "hf" if source.is_gguf else source.path),
         gguf=str(source.path) if source.is_gguf else None,
@@ -232,6 +270,7 @@ def _run_worker(
         provider=provider,
         template=source.template,
         extra_eos=source.extra_eos,
+        stream=source.is_gguf and not reason,
     )
     return run_worker(spec, work / "spec.json", bar, verbose=verbose)
 

@@ -38,6 +38,7 @@ class Source(msgspec.Struct, kw_only=True):
     family: str
     parameters: int
     quantization: str  # of the source: Q4_1, F16, bfloat16…
+    largest_tensor: int = 0  # elements of the GGUF's largest tensor (the streaming build holds one at a time)
     context_length: int | None = None
     template: str | None = None  # a chat template to install over the tokenizer's
     template_origin: str = ""
@@ -169,6 +170,7 @@ def from_gguf(path: Path, *, ref: str, home: Path | None, digest: str | None = N
         family=arch,
         parameters=sum(math.prod(t.dims) for t in header.tensors),
         quantization=_main_type(header),
+        largest_tensor=max((math.prod(t.dims) for t in header.tensors), default=0),
         context_length=int(context) if isinstance(context, int) else None,
         template=None,
         template_origin="gguf" if isinstance(template, str) and template else "",

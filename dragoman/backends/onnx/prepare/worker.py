@@ -3,7 +3,9 @@ backends.onnx.prepare.worker SPEC.json``) so its memory is measured alone and re
 to the system when it ends, and so a server that builds on first use never imports
 torch: GGUF → Hugging Face folder through transformers (which dequantizes), then
 onnxruntime-genai's model builder, in one interpreter (torch and transformers are
-imported once, not once per stage).
+imported once, not once per stage). With ``stream`` the folder holds only the tokenizer
+and config, and the builder reads the weights from the GGUF one layer at a time
+(:mod:`.streaming`).
 
 Progress goes to stderr as lines the parent parses: ``@stage NAME`` and ``@progress
 DONE TOTAL UNIT``; the libraries' own output passes through after them.
@@ -31,32 +33,37 @@ def emit(line: str) -> None:
 # -- GGUF → Hugging Face folder ----------------------------------------------------------
 
 
-def convert_gguf(gguf: Path, out: Path, extra_eos: list[str]) -> None:
-    """A folder the builder reads: tokenizer, float32 weights, plain config."""
+def convert_gguf(gguf: Path, out: Path, extra_eos: list[str], *, weights: bool = True) -> Any:
+    """A folder the builder reads: tokenizer, plain config, and (unless ``weights`` is
+    false, for the streaming build) the float32 weights. Returns the model's config."""
     import torch
-    from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from dragoman.backends.gguf_file import read_gguf
 
     header = read_gguf(gguf)
-    emit("@stage convert dequantizing the GGUF into a Hugging Face folder (transformers)")
+    if weights:
+        emit("@stage convert dequantizing the GGUF into a Hugging Face folder (transformers)")
+    else:
+        emit("@stage convert reading the GGUF's tokenizer and configuration (weights are read layer by layer later)")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     for note in fix_config(config, header, gguf):
         emit(f"@note {note}")
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, config=config, dtype=torch.float32)
+    if weights:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, config=config, dtype=torch.float32)
+    else:
+        from dragoman.backends.onnx.prepare.streaming import meta_model
+
+        model = meta_model(config)
     packed = [name for name, module in model.named_modules() if type(module).__name__.startswith("Gguf")]
     if packed:
         raise SystemExit(f"error: transformers kept {len(packed)} layers packed in GGUF blocks (e.g. {packed[0]}); "
                          "uninstall the 'kernels' package so it dequantizes, then run prepare again")
     out.mkdir(parents=True)
     tokenizer.save_pretrained(out)
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    # save_pretrained refuses a GGUF-loaded model; a tied lm_head is the embedding
-    # matrix again (and safetensors refuses shared tensors anyway).
-    weights = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if weights:
+        _save_weights(model, out)
     config_dict = model.config.to_dict()
     config_dict.pop("quantization_config", None)
     config_dict["architectures"] = [type(model).__name__]
@@ -65,7 +72,17 @@ def convert_gguf(gguf: Path, out: Path, extra_eos: list[str]) -> None:
     generation = GenerationConfig(**{k: v for k, v in model.generation_config.to_dict().items() if not k.startswith("_")})
     generation.eos_token_id = stop_token_ids(header, tokenizer, config_dict.get("eos_token_id"), extra_eos)
     generation.save_pretrained(out)
-    del model, weights
+    return model.config
+
+
+def _save_weights(model: Any, out: Path) -> None:
+    from safetensors.torch import save_file
+
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    # save_pretrained refuses a GGUF-loaded model; a tied lm_head is the embedding
+    # matrix again (and safetensors refuses shared tensors anyway).
+    weights = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
 def stop_token_ids(header: Any, tokenizer: Any, eos: Any, extra_eos: list[str]) -> list[int]:
@@ -243,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(Path(args[0]).read_text())
     hf_dir = Path(spec["hf_dir"])
     if spec.get("gguf"):
-        convert_gguf(Path(spec["gguf"]), hf_dir, spec.get("extra_eos", []))
+        stream = bool(spec.get("stream"))
+        config = convert_gguf(Path(spec["gguf"]), hf_dir, spec.get("extra_eos", []), weights=not stream)
+        if stream:
+            from dragoman.backends.onnx.prepare.streaming import install
+
+            install(Path(spec["gguf"]), config)
     run_builder(hf_dir, Path(spec["out"]), Path(spec["cache"]), spec["precision"], spec["provider"], spec.get("extra", {}))
     if spec.get("template"):
         (Path(spec["out"]) / "chat_template.jinja").write_text(spec["template"], encoding="utf-8")

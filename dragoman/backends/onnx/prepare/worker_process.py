@@ -17,9 +17,11 @@ from dragoman.backends.onnx.prepare.support import PeakRss, PrepareError, Progre
 
 
 class WorkerSpec(msgspec.Struct, omit_defaults=True):
-    """What :mod:`.worker` does: dequantize ``gguf`` into ``hf_dir`` (when set), run the
-    builder on ``hf_dir`` into ``out`` (``extra``: the builder's --extra_options), and
-    install ``template`` as the chat template."""
+    """What :mod:`.worker` does: dequantize ``gguf`` into ``hf_dir`` (when set; with
+    ``stream``, only its tokenizer and config, the builder then reading the weights layer
+    by layer from the GGUF: :mod:`.streaming`), run the builder on ``hf_dir`` into ``out``
+    (``extra``: the builder's --extra_options), and install ``template`` as the chat
+    template."""
 
     hf_dir: str
     out: str
@@ -30,6 +32,7 @@ class WorkerSpec(msgspec.Struct, omit_defaults=True):
     template: str | None = None
     extra_eos: list[str] = []
     extra: dict[str, str] = {}
+    stream: bool = False
 
 
 def run_worker(spec: WorkerSpec, spec_file: Path, bar: Progress, *, verbose: bool = False) -> list[StageRecord]:
