@@ -24,7 +24,7 @@ from dragoman.adapters import responses
 from dragoman.adapters.errors import DragomanError, RequestError
 from dragoman.adapters.responses import wire
 from dragoman.proxy.auth import key_owner
-from dragoman.proxy.context import ClientCredential
+from dragoman.proxy.context import ClientCredential, ClientKey
 from dragoman.proxy.chat import Chat, collect, encode_stream, start_chat
 from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from dragoman.proxy.limits import check_message_count, page_limit
@@ -67,8 +67,9 @@ async def create_response(
     response_store: NamedDependency[ResponseStore],
     record: NamedDependency[RequestRecord],
     credential: NamedDependency[ClientCredential],
+    client_key: NamedDependency[ClientKey],
 ) -> Response[bytes] | Stream:
-    owner = _owner(request, models)
+    owner = _owner(client_key, models)
     history = await _history(response_store, data.previous_response_id, owner)
     if skipped := responses.builtin_tools(data):
         log.info("built-in tools are not offered to the model", tools=skipped, model=data.model)
@@ -97,10 +98,11 @@ async def retrieve_response(
     response_id: FromPath[str],
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
+    client_key: NamedDependency[ClientKey],
 ) -> Response[bytes]:
     if request.query_params.get("stream") in ("true", "1"):
         raise RequestError("stream: replaying a stored response as a stream is not supported; omit stream", param="stream")
-    stored = await response_store.get(response_id, _owner(request, models))
+    stored = await response_store.get(response_id, _owner(client_key, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     return Response(stored.response, media_type="application/json")
@@ -111,12 +113,12 @@ async def retrieve_response(
     responses=RESPONSES_DELETED,
 )
 async def delete_response(
-    request: Request[Any, Any, Any],
     response_id: FromPath[str],
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
+    client_key: NamedDependency[ClientKey],
 ) -> wire.Deleted:
-    if not await response_store.delete(response_id, _owner(request, models)):
+    if not await response_store.delete(response_id, _owner(client_key, models)):
         raise ResponseNotFound(response_id)
     return wire.Deleted(id=response_id)
 
@@ -130,8 +132,9 @@ async def list_input_items(
     response_id: FromPath[str],
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
+    client_key: NamedDependency[ClientKey],
 ) -> wire.ItemList:
-    stored = await response_store.get(response_id, _owner(request, models))
+    stored = await response_store.get(response_id, _owner(client_key, models))
     if stored is None:
         raise ResponseNotFound(response_id)
     query = request.query_params
@@ -157,8 +160,8 @@ async def list_input_items(
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _owner(request: Request[Any, Any, Any], models: ModelTable) -> str:
-    return key_owner(request.scope, bool(models.config.api_keys))
+def _owner(client_key: ClientKey, models: ModelTable) -> str:
+    return key_owner(client_key.key, bool(models.config.api_keys))
 
 
 async def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
