@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.support.serve_process import dragoman_serve
 
 
 def dragoman(*args: str) -> subprocess.CompletedProcess[str]:
@@ -87,32 +86,12 @@ def test_serve_on_port_0_takes_a_free_port_and_says_which(tmp_path: Path, host: 
         pytest.skip("this machine has no IPv6 loopback")
     config = tmp_path / "upstream.yaml"
     config.write_text("models:\n  - {name: remote, backend: openai, base_url: 'http://127.0.0.1:9/v1'}\n")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--host", host, "--port", "0",
-         "--workers", str(workers)],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        line = server.stderr.readline()  # type: ignore[union-attr]
+    with dragoman_serve(config, "--host", host, "--workers", str(workers)) as served:
         shown = f"[{host}]" if ":" in host else host
-        found = re.search(rf"on http://{re.escape(shown)}:(\d+)", line)
-        assert found, line
-        port = int(found.group(1))
-        assert port not in (0, 11434), line
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                assert httpx.get(f"http://{shown}:{port}/api/version", timeout=2).status_code == 200
-                break
-            except httpx.TransportError:
-                assert server.poll() is None and time.monotonic() < deadline, "it does not serve the port it named"
-                time.sleep(0.2)
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(30) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        found = re.search(rf"on http://{re.escape(shown)}:(\d+)", served.lines[0])
+        assert found, served.lines[0]
+        assert served.url == f"http://{shown}:{found.group(1)}"  # and it answered there
+        assert int(found.group(1)) not in (0, 11434), served.lines[0]
 
 
 def test_serve_refuses_a_port_out_of_range(tmp_path: Path) -> None:

@@ -158,21 +158,10 @@ def project_sources() -> dict[str, tuple[bool, str]]:
     }
 
 
-# Cycles issue 25 names that are not broken yet: each edge listed is left out of the graph
-# so the check guards against new ones meanwhile; the list only shrinks.
-NOT_YET_BROKEN = {
-    ("dragoman.backends.upstream.embedding", "dragoman.backends.upstream.backend"),
-}
-
-
 def test_no_import_cycle_between_files() -> None:
     """Package ``__init__`` re-exports are edges too, so a package importing its own
     submodule that imports it back is a cycle like any other."""
-    graph = import_graph(project_sources())
-    for importer, imported in NOT_YET_BROKEN:
-        assert imported in graph[importer], f"{importer} no longer imports {imported}: drop it from NOT_YET_BROKEN"
-        graph[importer].discard(imported)
-    cycle = find_cycle(graph)
+    cycle = find_cycle(import_graph(project_sources()))
     assert cycle is None, "import cycle: " + " → ".join(cycle or [])
 
 

@@ -41,13 +41,13 @@ def api_key_header(scope: Mapping[str, Any]) -> str | None:
     return None
 
 
-def key_owner(scope: Mapping[str, Any], keys_configured: bool) -> str:
-    """Whose state a request may see (stored responses): a digest of the key the
-    middleware let through, so the key itself is never written down; '' on a server
-    without keys, where every client is the same one (as Ollama)."""
+def key_owner(key: str | None, keys_configured: bool) -> str:
+    """Whose state a request presenting ``key`` may see (stored responses): a digest of
+    the key the middleware let through, so the key itself is never written down; '' on
+    a server without keys, where every client is the same one (as Ollama)."""
     if not keys_configured:
         return ""
-    return hashlib.sha256((presented_key(scope) or "").encode()).hexdigest()
+    return hashlib.sha256((key or "").encode()).hexdigest()
 
 
 def presented_key(scope: Mapping[str, Any]) -> str | None:

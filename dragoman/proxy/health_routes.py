@@ -6,16 +6,15 @@ import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import msgspec
-from litestar import Request, Response, Router, get
+from litestar import Response, Router, get
 from litestar.di import NamedDependency
 from litestar.handlers import HTTPRouteHandler
-from litestar.types import Scope
 
 from dragoman.backends.base import Backend, ReadinessProbe
-from dragoman.proxy.auth import key_matches, presented_key
+from dragoman.proxy.auth import key_matches
+from dragoman.proxy.context import ClientKey
 from dragoman.proxy.metrics import CONTENT_TYPE, Metrics
 from dragoman.proxy.models import ModelTable
 
@@ -48,22 +47,21 @@ async def live() -> Health:
     description="Without a valid key (when keys are configured) only the status; the checks name files and URLs.",
     tags=["Health"],
 )
-async def ready(request: Request[Any, Any, Any], models: NamedDependency[ModelTable]) -> Response[Health]:
+async def ready(models: NamedDependency[ModelTable], client_key: NamedDependency[ClientKey]) -> Response[Health]:
     checks = [Check(name="config", ok=True, detail=models.config.source)]
     if models.lifetime.draining:
         checks.append(Check(name="shutdown", ok=False, detail="server is shutting down"))
     checks += await _probes(models).checks(lambda: _check_all(models))
     ok = all(check.ok for check in checks)
-    if not _may_see_details(request.scope, models.config.api_keys):
+    if not _may_see_details(client_key.key, models.config.api_keys):
         checks = []  # the probe is open to anyone; paths and URLs are not
     return Response(Health(status="ready" if ok else "not ready", checks=checks), status_code=200 if ok else 503)
 
 
-def _may_see_details(scope: Scope, api_keys: list[str]) -> bool:
+def _may_see_details(key: str | None, api_keys: list[str]) -> bool:
     if not api_keys:
         return True  # an open server hides nothing from anyone
-    token = presented_key(scope)
-    return token is not None and key_matches(token, [k.encode() for k in api_keys])
+    return key is not None and key_matches(key, [k.encode() for k in api_keys])
 
 
 class ReadyProbes:

@@ -14,7 +14,7 @@ from dragoman.adapters.errors import DragomanError
 from dragoman.adapters.responses import wire
 from dragoman.adapters.responses.compaction import latest_compaction_view
 from dragoman.adapters.responses.conversations import conversation_id
-from dragoman.proxy.auth import key_owner
+from dragoman.proxy.auth import key_owner, presented_key
 from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy import conversations
@@ -37,7 +37,7 @@ class ResponseNotFound(DragomanError):
 
 
 def owner_of(request: Request[Any, Any, Any], models: ModelTable) -> str:
-    return key_owner(request.scope, bool(models.config.api_keys))
+    return key_owner(presented_key(request.scope), bool(models.config.api_keys))
 
 
 async def get_response(store: ResponseStore, response_id: str, owner: str) -> StoredResponse | None:

@@ -6,9 +6,6 @@ generator``), in this process; the Generator is the library's, its passes record
 
 from __future__ import annotations
 
-import os
-import queue
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +13,7 @@ from typing import Any
 import pytest
 
 from dragoman.backends.onnx import worker_loop
-from dragoman.backends.onnx.loading import load
-from dragoman.backends.onnx.protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
-from dragoman.backends.text.segments import Segment
+from tests.support.worker_in_process import InProcessWorker
 
 
 class Recorded:
@@ -36,12 +31,10 @@ class Recorded:
         return getattr(self._generator, name)
 
 
-class Running:
+class Running(InProcessWorker):
+    """The Generator path, its Generators' sizes and passes recorded."""
+
     def __init__(self, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        import onnxruntime_genai as og
-
-        from dragoman.backends.onnx.preparation import Preparation
-
         self.passes: list[int] = []
         self.capacities: list[int] = []
         real = worker_loop.new_generator
@@ -51,40 +44,8 @@ class Running:
             return Recorded(real(og, model, search, capacity), self.passes)
 
         monkeypatch.setattr(worker_loop, "new_generator", recorded)
-        model, engine, *_ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"], engine="generator"))
-        assert engine is None
-        read_fd, write_fd = os.pipe()
-        self.reports = os.fdopen(read_fd, "rb")
-        self.commands: queue.Queue[Any] = queue.Queue()
-        preparation = Preparation(
-            model_dir, sorted(og.Tokenizer(model).eos_token_ids), self.commands, context_length=2048,
-            grammar_timeout=5.0, grammar_memory=512 << 20,
-        )  # fmt: skip
-        self.out = os.fdopen(write_fd, "wb", buffering=1 << 16)
-        self.worker = worker_loop.Worker(og, model, model_dir, self.out, self.commands, preparation)
-        preparation.begin()
-        self.thread = threading.Thread(target=self.worker.run, daemon=True, name="worker")
-        self.thread.start()
-
-    def ask(self, request_id: int, text: str, new_tokens: int) -> tuple[int, Done]:
-        prompt = [Segment("<|im_start|>user\n", special=True), Segment(text, special=False),
-                  Segment("<|im_end|>\n<|im_start|>assistant\n", special=True)]  # fmt: skip
-        self.commands.put(Start(request_id=request_id, prompt=prompt, context_length=2048, max_new_tokens=new_tokens))
-        tokens = 0
-        while True:
-            body = read_frame(self.reports)
-            assert body is not None
-            report = decode_report(body)
-            tokens += isinstance(report, Tokens)
-            if isinstance(report, Done):
-                return tokens, report
-
-    def stop(self) -> None:
-        self.commands.put(Shutdown())
-        self.thread.join(10)
-        self.worker.preparation.close()
-        self.out.close()
-        self.reports.close()
+        super().__init__(model_dir, engine="generator")
+        assert self.engine is None
 
 
 @pytest.fixture

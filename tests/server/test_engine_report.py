@@ -11,10 +11,6 @@ surface says what the serve output said the worker reported; the forced entry
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,17 +21,13 @@ import ollama
 import pytest
 
 from dragoman.proxy.health_routes import READY_CACHE_SECONDS
+from tests.support.serve_process import Served, dragoman_serve
 
 AUTO = "engine-auto"
 FORCED = "engine-forced"
 CONFIGURED = "engine: generator in the config"
 LOADED = re.compile(r"^dragoman: model '(?P<model>[^']+)' loaded on (?P<provider>\w+) \(.*?\) in [\d.]+ s; "
                     r"(?P<engine>batch|generator) engine(?:, because (?P<reason>.+))?$")  # fmt: skip
-
-
-class Served(msgspec.Struct):
-    url: str
-    lines: list[str]  # the serve process's stderr, as it arrives
 
 
 class Said(msgspec.Struct, frozen=True):
@@ -51,39 +43,8 @@ def served(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         f"  - {{name: {AUTO}, backend: onnx, path: '{model_dir}', provider: cpu, context_length: 1024}}\n"
         f"  - {{name: {FORCED}, backend: onnx, path: '{model_dir}', provider: cpu, context_length: 1024, engine: generator}}\n"
     )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", "0"],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in server.stderr), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    try:
-        url = _address(lines, server)
-        yield Served(url, lines)
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(30) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-
-
-def _address(lines: list[str], server: subprocess.Popen[str]) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for line in lines:
-            if found := re.search(r"on (http://127\.0\.0\.1:\d+)", line):
-                url = found.group(1)
-                while time.monotonic() < deadline:
-                    try:
-                        httpx.get(url + "/api/version", timeout=2)
-                        return url
-                    except httpx.TransportError:
-                        time.sleep(0.2)
-        assert server.poll() is None, "\n".join(lines)
-        time.sleep(0.1)
-    raise AssertionError("dragoman serve did not say where it serves:\n" + "\n".join(lines))
+    with dragoman_serve(config) as served:
+        yield served
 
 
 def load(served: Served, model: str) -> Said:

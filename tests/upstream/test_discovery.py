@@ -4,37 +4,30 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
-import pytest
 
-from tests.support.replay import ReplayServer, Reply, replay_server
-from tests.support.server import RunningServer, config_from_yaml, free_port, serve
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ReplayServer]:
-    script = {"/v1/models": Reply("openai/models.json"), "/api/tags": Reply("ollama/tags.json")}
-    with replay_server(script) as server:
-        yield server
+from tests.support.replay import ReplayServer, Reply
+from tests.support.replay_gateway import replay_gateway
+from tests.support.server import RunningServer, free_port
 
 
-@pytest.fixture(scope="module")
-def gateway(upstream: ReplayServer) -> Iterator[RunningServer]:
-    config = config_from_yaml(
-        f"""\
-        models:
-          - {{name: configured, backend: openai, base_url: "{upstream.url}/v1"}}
-          - {{name: "qwen*", backend: openai, base_url: "{upstream.url}/v1", discover: true, discover_ttl: 0.5}}
-          - {{name: "llama*", backend: ollama, base_url: "{upstream.url}", discover: true}}
-          - {{name: "gone-*", backend: ollama, base_url: "http://127.0.0.1:{free_port()}", discover: true}}
-          - {{name: "quiet-*", backend: openai, base_url: "{upstream.url}/v1"}}
-        """
-    )
-    with serve(config) as server:
-        yield server
+SCRIPT: dict[str, Reply | list[Reply]] = {"/v1/models": Reply("openai/models.json"), "/api/tags": Reply("ollama/tags.json")}
+
+
+def gateway_config(upstream: ReplayServer) -> str:
+    return f"""\
+    models:
+      - {{name: configured, backend: openai, base_url: "{upstream.url}/v1"}}
+      - {{name: "qwen*", backend: openai, base_url: "{upstream.url}/v1", discover: true, discover_ttl: 0.5}}
+      - {{name: "llama*", backend: ollama, base_url: "{upstream.url}", discover: true}}
+      - {{name: "gone-*", backend: ollama, base_url: "http://127.0.0.1:{free_port()}", discover: true}}
+      - {{name: "quiet-*", backend: openai, base_url: "{upstream.url}/v1"}}
+    """
+
+
+upstream, gateway = replay_gateway(SCRIPT, gateway_config)
 
 
 def listed(gateway: RunningServer) -> list[str]:

@@ -5,14 +5,14 @@ dialect's route the client used."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.replay import ReplayServer, Reply, replay_server
-from tests.support.server import RunningServer, config_from_yaml, serve
+from tests.support.replay import ReplayServer, Reply
+from tests.support.replay_gateway import replay_gateway
+from tests.support.server import RunningServer
 
 KEY = "client-key-5e0b7a1f"
 HI = [{"role": "user", "content": "hi"}]
@@ -32,30 +32,24 @@ ROUTES: list[tuple[str, dict[str, Any]]] = [
 HEADERS = {"x-api-key": {"x-api-key": KEY}, "bearer": {"Authorization": f"Bearer {KEY}"}}
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ReplayServer]:
-    script = {
-        "fwd-chat": Reply("openai/vllm_text.sse", whole="openai/vllm_text.json"),
-        "fwd-complete": Reply("openai/vllm_completion.sse", whole="openai/vllm_completion.json"),
-        "fwd-embed": Reply("openai/embeddings_one.json"),
-        "/v1/models": Reply("openai/models.json"),
-    }
-    with replay_server(script) as server:
-        yield server
+SCRIPT: dict[str, Reply | list[Reply]] = {
+    "fwd-chat": Reply("openai/vllm_text.sse", whole="openai/vllm_text.json"),
+    "fwd-complete": Reply("openai/vllm_completion.sse", whole="openai/vllm_completion.json"),
+    "fwd-embed": Reply("openai/embeddings_one.json"),
+    "/v1/models": Reply("openai/models.json"),
+}
 
 
-@pytest.fixture(scope="module")
-def gateway(upstream: ReplayServer) -> Iterator[RunningServer]:
-    config = config_from_yaml(
-        f"""\
-        server:
-          api_keys: "{KEY}"
-        models:
-          - {{name: "fwd-*", backend: openai, base_url: "{upstream.url}/v1", forward_auth: true}}
-        """
-    )
-    with serve(config) as server:
-        yield server
+def gateway_config(upstream: ReplayServer) -> str:
+    return f"""\
+    server:
+      api_keys: "{KEY}"
+    models:
+      - {{name: "fwd-*", backend: openai, base_url: "{upstream.url}/v1", forward_auth: true}}
+    """
+
+
+upstream, gateway = replay_gateway(SCRIPT, gateway_config)
 
 
 @pytest.mark.parametrize("sent", sorted(HEADERS))

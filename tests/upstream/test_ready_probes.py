@@ -6,27 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
 from dragoman.proxy.health_routes import READY_CACHE_SECONDS
-from tests.support.replay import ReplayServer, Reply, replay_server
-from tests.support.server import RunningServer, config_from_yaml, serve
+from tests.support.replay import ReplayServer, Reply
+from tests.support.replay_gateway import replay_gateway
+from tests.support.server import RunningServer
 
 UPSTREAMS = 5
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ReplayServer]:
-    # a slow model list, so that concurrent /health/ready calls overlap one probe
-    with replay_server({"/v1/models": Reply("openai/models.json", delay_headers=0.3)}) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: ReplayServer) -> Iterator[RunningServer]:
+def gateway_config(upstream: ReplayServer) -> str:
     models = "".join(
         f"""
           - name: up-{i}
@@ -36,8 +27,11 @@ def gateway(upstream: ReplayServer) -> Iterator[RunningServer]:
         """
         for i in range(UPSTREAMS)
     )
-    with serve(config_from_yaml("models:" + models)) as server:
-        yield server
+    return "models:" + models
+
+
+# a slow model list, so that concurrent /health/ready calls overlap one probe
+upstream, gateway = replay_gateway({"/v1/models": Reply("openai/models.json", delay_headers=0.3)}, gateway_config)
 
 
 def _model_lists(upstream: ReplayServer) -> int:

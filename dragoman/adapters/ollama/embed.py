@@ -13,7 +13,7 @@ from msgspec import Meta
 from dragoman.adapters.canonical import EmbedRequest, EmbedResult, Timings
 from dragoman.adapters.errors import RequestError
 from dragoman.adapters.ollama.convert import parse_keep_alive
-from dragoman.adapters.ollama.wire import GoRequest, ModelOptions
+from dragoman.adapters.ollama.wire import Counts, GoRequest, ModelOptions
 from dragoman.adapters.upstream_json import Unreadable, read_json
 
 Dimensions = Annotated[int, Meta(ge=1, le=65536)]
@@ -51,14 +51,11 @@ class LegacyEmbeddingResponse(msgspec.Struct):
     embedding: Any
 
 
-class UpstreamEmbedReply(msgspec.Struct):
+class UpstreamEmbedReply(Counts):
     """What an Ollama server answers on ``/api/embed`` or ``/api/embeddings``, leniently."""
 
     embeddings: list[list[float]] | None = None
     embedding: list[float] | None = None
-    prompt_eval_count: int = 0
-    total_duration: int = 0
-    load_duration: int = 0
 
 
 _encoder = msgspec.json.Encoder()
@@ -167,8 +164,8 @@ def parse_upstream_embed(body: bytes, expected: int) -> EmbedResult:
     if rows and len({len(row) for row in rows}) != 1:
         raise ValueError("upstream sent embeddings of different lengths")
     vectors = np.asarray(rows, dtype=np.float32) if rows else np.zeros((0, 0), dtype=np.float32)
-    timings = Timings(total_ns=reply.total_duration, load_ns=reply.load_duration)
-    return EmbedResult(vectors=vectors, prompt_tokens=reply.prompt_eval_count, timings=timings)
+    timings = Timings(total_ns=reply.total_duration or 0, load_ns=reply.load_duration or 0)
+    return EmbedResult(vectors=vectors, prompt_tokens=reply.prompt_eval_count or 0, timings=timings)
 
 
 __all__ = [

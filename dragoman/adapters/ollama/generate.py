@@ -142,22 +142,17 @@ class GenerateEncoder(StreamEncoder):
 
 
 def _final(model: str, response: str, thinking: str | None, finish: Finish, **extra: object) -> wire.GenerateResponse:
-    return wire.GenerateResponse(
+    reply = wire.GenerateResponse(
         model=model,
         created_at=created_at(),
         response=response,
         done=True,
         thinking=thinking,
         done_reason=done_reason(finish.reason),
-        total_duration=finish.timings.total_ns,
-        load_duration=finish.timings.load_ns,
-        prompt_eval_count=finish.usage.prompt_tokens,
-        prompt_eval_duration=finish.timings.prompt_eval_ns,
-        eval_count=finish.usage.completion_tokens,
-        eval_duration=finish.timings.eval_ns,
         context=finish.context,
         **extra,  # type: ignore[arg-type]
     )
+    return wire.with_counts(reply, finish.usage, finish.timings)
 
 
 def render_response(result: ChatResult, model: str) -> bytes:

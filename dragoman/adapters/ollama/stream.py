@@ -173,20 +173,15 @@ def _final(
     timings: Timings,
     logprobs: list[wire.Logprob] | None = None,
 ) -> wire.ChatResponse:
-    return wire.ChatResponse(
+    reply = wire.ChatResponse(
         model=model,
         created_at=created_at(),
         message=message,
         done=True,
         done_reason=_DONE_REASON[reason],
         logprobs=logprobs,
-        total_duration=timings.total_ns,
-        load_duration=timings.load_ns,
-        prompt_eval_count=usage.prompt_tokens,
-        prompt_eval_duration=timings.prompt_eval_ns,
-        eval_count=usage.completion_tokens,
-        eval_duration=timings.eval_ns,
     )
+    return wire.with_counts(reply, usage, timings)
 
 
 def wire_logprobs(tokens: list[TokenLogprob]) -> list[wire.Logprob]:

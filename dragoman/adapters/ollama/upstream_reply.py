@@ -18,12 +18,10 @@ from dragoman.adapters.canonical import (
     Logprobs,
     RoleStart,
     ThinkingDelta,
-    Timings,
     TokenLogprob,
     ToolCall,
     ToolCallDone,
     TopLogprob,
-    Usage,
 )
 from dragoman.adapters.errors import valid_error_status
 from dragoman.adapters.json_depth import MAX_DEPTH, TOO_DEEP, too_deep
@@ -121,13 +119,8 @@ def _upstream_call(call: wire.ToolCall, index: int) -> ToolCall:
 def _upstream_finish(reply: wire.UpstreamChatResponse) -> Finish:
     return Finish(
         reason=_FINISH_REASON.get(reply.done_reason or "stop", "stop"),
-        usage=Usage(prompt_tokens=reply.prompt_eval_count, completion_tokens=reply.eval_count),
-        timings=Timings(
-            total_ns=reply.total_duration,
-            load_ns=reply.load_duration,
-            prompt_eval_ns=reply.prompt_eval_duration,
-            eval_ns=reply.eval_duration,
-        ),
+        usage=reply.usage(),
+        timings=reply.timings(),
         context=reply.context,
     )
 

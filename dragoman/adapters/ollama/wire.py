@@ -12,10 +12,12 @@ Request Structs derive from :class:`GoRequest`: JSON ``null`` is the field left 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import NODEFAULT, Meta
+
+from dragoman.adapters.canonical import Timings, Usage
 
 UnitInterval = Annotated[float, Meta(ge=0.0, le=1.0)]
 # JSON integers are unbounded; Ollama (Go) and our backends take 64 bits.
@@ -199,6 +201,47 @@ class Logprob(msgspec.Struct, omit_defaults=True):
     top_logprobs: list[TokenLogprob] | None = None
 
 
+class Counts(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The counts and durations (nanoseconds) Ollama sets on a reply's final object and
+    leaves out of the others: written by the reply Structs, read from upstream ones.
+    Keyword-only, so msgspec places them after a subclass's own fields, where Ollama
+    writes them."""
+
+    total_duration: int | None = None
+    load_duration: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
+
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self.prompt_eval_count or 0, completion_tokens=self.eval_count or 0)
+
+    def timings(self) -> Timings:
+        return Timings(
+            total_ns=self.total_duration or 0,
+            load_ns=self.load_duration or 0,
+            prompt_eval_ns=self.prompt_eval_duration or 0,
+            eval_ns=self.eval_duration or 0,
+        )
+
+
+CountsT = TypeVar("CountsT", bound=Counts)
+
+
+def with_counts(reply: CountsT, usage: Usage, timings: Timings) -> CountsT:
+    """``reply`` as a final object, carrying ``usage`` and ``timings``."""
+    return msgspec.structs.replace(
+        reply,
+        total_duration=timings.total_ns,
+        load_duration=timings.load_ns,
+        prompt_eval_count=usage.prompt_tokens,
+        prompt_eval_duration=timings.prompt_eval_ns,
+        eval_count=usage.completion_tokens,
+        eval_duration=timings.eval_ns,
+    )
+
+
 class ResponseMessage(msgspec.Struct, omit_defaults=True):
     """``message`` of a reply: ``content`` is always present, even when empty."""
 
@@ -208,7 +251,7 @@ class ResponseMessage(msgspec.Struct, omit_defaults=True):
     tool_calls: list[ToolCall] | None = None
 
 
-class ChatResponse(msgspec.Struct, omit_defaults=True):
+class ChatResponse(Counts, omit_defaults=True):
     """One NDJSON line, or the whole non-streaming reply. Counts and durations are set
     only on the final (``done: true``) object."""
 
@@ -218,15 +261,9 @@ class ChatResponse(msgspec.Struct, omit_defaults=True):
     done: bool
     done_reason: str | None = None
     logprobs: list[Logprob] | None = None
-    total_duration: int | None = None
-    load_duration: int | None = None
-    prompt_eval_count: int | None = None
-    prompt_eval_duration: int | None = None
-    eval_count: int | None = None
-    eval_duration: int | None = None
 
 
-class GenerateResponse(msgspec.Struct, omit_defaults=True):
+class GenerateResponse(Counts, omit_defaults=True):
     """One ``/api/generate`` NDJSON line, or the whole reply: ``response`` is always
     present; counts and durations only on the final (``done: true``) object."""
 
@@ -238,13 +275,8 @@ class GenerateResponse(msgspec.Struct, omit_defaults=True):
     tool_calls: list[ToolCall] | None = None
     done_reason: str | None = None
     logprobs: list[Logprob] | None = None
-    total_duration: int | None = None
-    load_duration: int | None = None
-    prompt_eval_count: int | None = None
-    prompt_eval_duration: int | None = None
-    eval_count: int | None = None
-    eval_duration: int | None = None
-    # On the final line of a templated generate: the ids of the prompt and the reply.
+    # On the final line of a templated generate: the ids of the prompt and the reply
+    # (before the counts, where Ollama writes it).
     context: list[int] | None = None
 
 
@@ -252,7 +284,7 @@ class ErrorResponse(msgspec.Struct):
     error: str
 
 
-class UpstreamChatResponse(msgspec.Struct):
+class UpstreamChatResponse(Counts):
     """A line (or whole reply) from an upstream Ollama server, read leniently: every
     field may be missing, and an ``error`` line has nothing else."""
 
@@ -261,18 +293,12 @@ class UpstreamChatResponse(msgspec.Struct):
     done: bool = False
     done_reason: str | None = None
     logprobs: list[Logprob] | None = None
-    total_duration: int = 0
-    load_duration: int = 0
-    prompt_eval_count: int = 0
-    prompt_eval_duration: int = 0
-    eval_count: int = 0
-    eval_duration: int = 0
     error: str | None = None
     status: int | None = None
     context: list[int] | None = None  # /api/generate's, read through UpstreamGenerateDecoder
 
 
-class UpstreamGenerateResponse(msgspec.Struct):
+class UpstreamGenerateResponse(Counts):
     """A line (or whole reply) of an upstream Ollama server's ``/api/generate``, read
     as leniently as :class:`UpstreamChatResponse`."""
 
@@ -283,12 +309,6 @@ class UpstreamGenerateResponse(msgspec.Struct):
     done: bool = False
     done_reason: str | None = None
     logprobs: list[Logprob] | None = None
-    total_duration: int = 0
-    load_duration: int = 0
-    prompt_eval_count: int = 0
-    prompt_eval_duration: int = 0
-    eval_count: int = 0
-    eval_duration: int = 0
     error: str | None = None
     status: int | None = None
     context: list[int] | None = None

@@ -69,11 +69,17 @@ class UnsupportedModelFile(ValueError):
     """The file is not one ctransformers 0.2.27 loads; the message says why and what works."""
 
 
+Container = Literal["gguf", "ggml", "ggmf", "ggjt", "ggcc"]
+GgmlContainer = Literal["ggml", "ggmf", "ggjt", "ggcc"]
+# The magic is a little-endian u32, so 'ggml' reads back as b"lmgg".
+_GGML_MAGICS: dict[bytes, GgmlContainer] = {b"lmgg": "ggml", b"fmgg": "ggmf", b"tjgg": "ggjt", b"ccgg": "ggcc"}
+
+
 class ModelFile(msgspec.Struct, frozen=True):
     """What the backend needs to know about a model file before and after loading."""
 
     path: str
-    container: Literal["gguf", "ggml", "ggmf", "ggjt", "ggcc"]
+    container: Container
     model_type: str  # what to pass to the library
     size: int
     version: int = 0
@@ -106,8 +112,7 @@ def inspect_model_file(path: str | Path, model_type: str | None) -> ModelFile:
         except GgufError as exc:
             raise _unsupported(path, str(exc)) from None
         return _gguf_facts(path, gguf, size)
-    # The magic is a little-endian u32, so 'ggml' reads back as b"lmgg".
-    container = {b"lmgg": "ggml", b"fmgg": "ggmf", b"tjgg": "ggjt", b"ccgg": "ggcc"}.get(head[:4])
+    container = _GGML_MAGICS.get(head[:4])
     if container is None:
         raise _unsupported(path, f"it is neither GGUF nor a GGML-era file (first bytes {head[:4]!r})")
     allowed = {"ggml": GGML_MODEL_TYPES, "ggmf": ("llama", "falcon"), "ggjt": ("llama", "falcon"), "ggcc": ("falcon",)}

@@ -34,8 +34,11 @@ MAX_RUN = 4096
 _LONG_RUN = re.compile(r"\S{%d,}" % (MAX_RUN + 1))
 
 
+Reason = Literal["stop", "length", "cancelled"]
+
+
 class Outcome(msgspec.Struct, frozen=True):
-    reason: Literal["stop", "length", "cancelled"]
+    reason: Reason
     prompt_tokens: int
     completion_tokens: int
     prompt_eval_ns: int = 0
@@ -95,7 +98,8 @@ def run(llm: Any, job: Job, emit: Callable[[str, int], None], cancel: threading.
     prompt_eval_ns = time.perf_counter_ns() - began
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     stops = StopMatcher(list(job.plan.stop))
-    generated, reason = 0, "stop"
+    generated = 0
+    reason: Reason = "stop"
     limit = job.plan.max_new_tokens
     while True:
         if cancel.is_set():

@@ -15,7 +15,6 @@ from dragoman.adapters.upstream_json import Unreadable, read_json
 from dragoman.backends.base import Capabilities, ModelDetails
 from dragoman.backends.upstream.backend import Call, HttpUpstreamBackend, StreamDecoder
 from dragoman.backends.upstream.discovery import parse_openai_models
-from dragoman.backends.upstream.embedding import post_whole
 from dragoman.backends.upstream.settings import AnthropicSettings
 
 log = structlog.get_logger("dragoman.upstream")
@@ -79,7 +78,7 @@ class AnthropicBackend(HttpUpstreamBackend):
         """Anthropic's own count, asked of the upstream."""
         model = self.settings.model or request.model
         body, _ = to_upstream(request, model, default_max_tokens=self._settings.max_tokens, count=True)
-        raw, endpoint = await post_whole(self, COUNT_PATH, body, request)
+        raw, endpoint = await self.endpoints.post_whole(COUNT_PATH, body, request)
         try:
             return read_json(_count_decoder.decode, raw).input_tokens
         except Unreadable as exc:

@@ -11,14 +11,11 @@ is read completely before its first event); after that a failure is an ``ErrorEv
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import ClassVar
 
-import aiohttp
 import msgspec
 import structlog
-from yarl import URL
 
 from dragoman.adapters.canonical import (
     ChatRequest,
@@ -33,11 +30,10 @@ from dragoman.adapters.canonical import (
 from dragoman.adapters.errors import BackendError, DragomanError, UnsupportedFeature
 from dragoman.adapters.json_depth import TOO_DEEP
 from dragoman.backends.base import Capabilities, LoadedModel, ModelDetails
-from dragoman.backends.upstream.clients import ClientLease
 from dragoman.backends.upstream.discovery import ModelCatalog
 from dragoman.backends.upstream.endpoints import Endpoint, EndpointPool
-from dragoman.backends.upstream.exchange import Failed, get_json_body, open_reply
-from dragoman.backends.upstream.failover import exhausted, gives_up, with_one_retry
+from dragoman.backends.upstream.exchange import Reply, get_json_body
+from dragoman.backends.upstream.failover import Endpoints
 from dragoman.backends.upstream.redaction import Redactor, bearer_secrets
 from dragoman.backends.upstream.relay import Call, StreamDecoder, read_whole, relay_stream
 from dragoman.backends.upstream.settings import UpstreamSettings
@@ -61,17 +57,12 @@ class HttpUpstreamBackend:
         self.settings: UpstreamSettings = route.settings  # type: ignore[assignment]
         s = self.settings
         self.pool = EndpointPool(s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name)
-        self._clients = ClientLease(s.max_connections)
-        self._urls: dict[tuple[str, str], URL] = {}  # (endpoint, path) -> URL, parsed once
-        # Connect bounded here; every later wait by our own deadlines (exchange.py).
-        self._timeout = aiohttp.ClientTimeout(sock_connect=s.connect_timeout)
+        self.endpoints = Endpoints(s, self.pool, headers_for=self.headers_for, decode_error=self.decode_error)
         self._secret = s.secret_key
         # Bodies are read raw, chunk by chunk: ask for them uncompressed.
         self._headers = {"content-type": "application/json", "accept-encoding": "identity", **self.dialect_headers()}
         if self._secret:
             self._headers.update(self.auth_headers(Secret(f"Bearer {self._secret}")))
-        self._first_byte_silence = f"{s.first_byte_timeout:g}s (first_byte_timeout)"
-        self._total_silence = f"{s.total_timeout:g}s (total_timeout)"
         self.catalog = (
             ModelCatalog(self._fetch_models, ttl=s.discover_ttl, pattern=route.config.name) if s.discover else None
         )
@@ -146,7 +137,7 @@ class HttpUpstreamBackend:
         return await self.catalog.names() if self.catalog else []
 
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        await self.endpoints.aclose()
 
     def endpoint_health(self) -> dict[str, bool]:
         """For ``/metrics``: which endpoints are in rotation (not cooling down)."""
@@ -165,9 +156,12 @@ class HttpUpstreamBackend:
         return False, "; ".join(problems)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
-        from dragoman.backends.upstream.embedding import embed_upstream
-
-        return await embed_upstream(self, request)
+        path, body = self.encode_embed(request, self.settings.model or request.model)
+        raw, endpoint = await self.endpoints.post_whole(path, body, request)
+        try:
+            return self.parse_embed(raw, len(request.inputs))
+        except ValueError as exc:
+            raise BackendError(f"model '{request.model}': upstream {endpoint.label}: {exc}") from None
 
     def chat(self, request: ChatRequest) -> AsyncIterator[Event]:
         return self.exchange(request, lambda model: self.chat_call(request, model))
@@ -190,62 +184,24 @@ class HttpUpstreamBackend:
         """Sends the call ``make_call`` writes for the upstream's name of the model to
         the first endpoint that answers, and relays its reply. The call is written
         here, on the first iteration, so that a refusal is an error of the stream."""
-        loop = asyncio.get_running_loop()
-        s = self.settings
-        total_deadline = loop.time() + s.total_timeout
-        call = make_call(s.model or request.model)
-        body = call.body
-        failures: list[tuple[Endpoint, Failed]] = []
-        attempts = self.pool.order()
-        for endpoint in with_one_retry(attempts):
-            now = loop.time()
-            if now >= total_deadline:
-                break
-            client = self._clients.client_for(endpoint.url)
-            headers, redact = self.headers_for(endpoint, request)
-            # A whole reply is sent when it is done: only total_timeout bounds the wait.
-            if request.stream:
-                deadline, silence = min(now + s.first_byte_timeout, total_deadline), self._first_byte_silence
-            else:
-                deadline, silence = total_deadline, self._total_silence
-            endpoint.outstanding += 1
-            try:
-                try:
-                    reply = await open_reply(
-                        client, self.url(endpoint, call.path), body, headers, self._timeout, deadline,
-                        self.error_decoder(redact), silence=silence, upstream=endpoint.label,
-                    )
-                    self.pool.succeeded(endpoint)
-                    if not request.stream:
-                        events = [_redacted(e, redact) for e in await read_whole(reply, call, s, endpoint, total_deadline)]
-                except Failed as failed:
-                    self.pool.failed(endpoint, failed.reason)
-                    failures.append((endpoint, failed))
-                    if gives_up(attempts, failed):
-                        break
-                    continue
-                except DragomanError:
-                    self.pool.succeeded(endpoint)  # a 4xx: the endpoint works, the request does not
-                    raise
-                if request.stream:
-                    async for event in relay_stream(reply, call, s, self.pool, endpoint, total_deadline, request.model):
-                        yield _redacted(event, redact)
-                else:
-                    for event in events:
-                        yield event
-                return
-            finally:
-                endpoint.outstanding -= 1
-        raise exhausted(request.model, failures)
+        call = make_call(self.settings.model or request.model)
+        if request.stream:
+            async with self.endpoints.first_answer(request, call.path, call.body, _opened, streaming=True) as opened:
+                relayed = relay_stream(
+                    opened.reply, call, self.settings, self.pool, opened.endpoint, opened.total_deadline, request.model
+                )
+                async for event in relayed:
+                    yield _redacted(event, opened.redact)
+            return
+
+        async def read_events(reply: Reply, endpoint: Endpoint, total_deadline: float) -> list[Event]:
+            return await read_whole(reply, call, self.settings, endpoint, total_deadline)
+
+        async with self.endpoints.first_answer(request, call.path, call.body, read_events, streaming=False) as whole:
+            for event in whole.value:
+                yield _redacted(event, whole.redact)
 
     # -- internals ------------------------------------------------------------------------
-
-    def url(self, endpoint: Endpoint, path: str) -> URL:
-        """``path`` below ``endpoint``'s base URL, parsed once."""
-        url = self._urls.get((endpoint.url, path))
-        if url is None:
-            url = self._urls[(endpoint.url, path)] = URL(endpoint.url + path)
-        return url
 
     def headers_for(self, endpoint: Endpoint, request: Request | EmbedRequest | None = None) -> tuple[dict[str, str], Redactor]:
         """Headers for ``endpoint``, and what to blank out of what it answers. The
@@ -259,15 +215,9 @@ class HttpUpstreamBackend:
             headers = {**headers, "authorization": endpoint.authorization}
         return headers, Redactor([self._secret, *endpoint.secrets, *bearer_secrets(forwarded)])
 
-    def error_decoder(self, redact: Redactor) -> Callable[[int, bytes], DragomanError]:
-        def decode(status: int, body: bytes) -> DragomanError:
-            return self.decode_error(status, redact.body(body))  # some servers quote the key they refused
-
-        return decode
-
     async def _get_models_body(self, endpoint: Endpoint) -> bytes:
         headers = {k: v for k, v in self.headers_for(endpoint)[0].items() if k != "content-type"}
-        client = self._clients.client_for(endpoint.url)
+        client = self.endpoints.client_for(endpoint)
         return await get_json_body(
             client, endpoint.url + self.models_path, headers, DISCOVERY_TIMEOUT, max_bytes=self.settings.max_reply_bytes
         )
@@ -278,6 +228,11 @@ class HttpUpstreamBackend:
             return self.parse_models(body)
         except RecursionError:
             raise BackendError(f"the model list {TOO_DEEP}") from None
+
+
+async def _opened(reply: Reply, endpoint: Endpoint, total_deadline: float) -> None:
+    """A stream counts as answered once its first bytes arrive; the rest is relayed."""
+    return None
 
 
 def _redacted(event: Event, redact: Redactor) -> Event:
