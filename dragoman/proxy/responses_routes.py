@@ -132,6 +132,7 @@ async def retrieve_response(
     responses=RESPONSES_DELETED,
 )
 async def delete_response(
+    request: Request[Any, Any, Any],
     response_id: FromPath[str],
     response_store: NamedDependency[ResponseStore],
     models: NamedDependency[ModelTable],
