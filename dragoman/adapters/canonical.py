@@ -164,6 +164,9 @@ class RequestBase(msgspec.Struct, kw_only=True):
     keep_alive: float | None = None
     # The client's Authorization header, for upstreams configured to forward it.
     authorization: Secret | None = None
+    # What the client says its requests share a prompt cache by (OpenAI's
+    # ``prompt_cache_key``, else ``user``): upstream fleets route on it before the prefix.
+    cache_key: str | None = None
 
 
 class ChatRequest(RequestBase):

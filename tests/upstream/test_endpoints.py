@@ -48,9 +48,11 @@ def gateway(good: ReplayServer, bad: ReplayServer) -> Iterator[RunningServer]:
             endpoints: [{bad.url}/v1, {good.url}/v1]
             max_failures: 2
             cooldown: 1.0
+            affinity: none  # identical requests here: least loaded, ties in turn
           - name: ha-limited
             backend: openai
             endpoints: [{bad.url}/v1, {good.url}/v1]
+            affinity: none
           - name: ha-abort
             backend: openai
             endpoints: [{bad.url}/v1, {good.url}/v1]

@@ -61,6 +61,7 @@ def to_canonical(request: wire.ChatCompletionRequest) -> ChatRequest:
         return_progress=bool(request.return_progress and request.stream),
         stream=bool(request.stream),
         keep_alive=keep_alive_seconds(request.keep_alive),
+        cache_key=request.prompt_cache_key or request.user,
     )
 
 

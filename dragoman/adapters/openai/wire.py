@@ -130,6 +130,7 @@ class ChatCompletionRequest(msgspec.Struct):
     # llama-server's: prompt_progress chunks while the prompt is read (stream only).
     return_progress: bool | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
     # Extra body fields as vLLM takes them; Ollama's own sampling knobs, in Ollama's

@@ -76,6 +76,7 @@ def to_canonical(
         think=think,
         think_level=level,
         stream=bool(request.stream),
+        cache_key=request.prompt_cache_key or request.user,
     )
 
 

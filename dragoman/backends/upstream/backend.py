@@ -56,7 +56,9 @@ class HttpUpstreamBackend:
         self.route = route
         self.settings: UpstreamSettings = route.settings  # type: ignore[assignment]
         s = self.settings
-        self.pool = EndpointPool(s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name)
+        self.pool = EndpointPool(
+            s.urls, max_failures=s.max_failures, cooldown=s.cooldown, model=route.config.name, affinity=s.affinity == "prefix"
+        )
         self.endpoints = Endpoints(s, self.pool, headers_for=self.headers_for, decode_error=self.decode_error)
         self._secret = s.secret_key
         # Bodies are read raw, chunk by chunk: ask for them uncompressed.

@@ -1,4 +1,6 @@
-"""Choosing an endpoint among several: least outstanding requests, passive health.
+"""Choosing an endpoint among several: the one holding the request's prefix
+(affinity.py) while it is healthy and not the most loaded, else least outstanding
+requests; passive health.
 
 No probes: an endpoint's health is what its last requests did. ``max_failures``
 failures in a row send it into a cooldown, during which it is skipped while any other
@@ -16,6 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import structlog
 
 from dragoman.adapters.canonical import Secret
+from dragoman.backends.upstream.affinity import rendezvous_order
 
 log = structlog.get_logger("dragoman.upstream")
 
@@ -72,18 +75,22 @@ class EndpointPool:
         cooldown: float,
         model: str = "",
         clock: Callable[[], float] = time.monotonic,
+        affinity: bool = False,
     ) -> None:
         self.endpoints = [Endpoint(url) for url in urls]
+        self.affinity = affinity
         self.max_failures = max_failures
         self.cooldown = cooldown
         self._model = model
         self._clock = clock
         self._turn = 0
 
-    def order(self) -> list[Endpoint]:
+    def order(self, key: bytes | None = None) -> list[Endpoint]:
         """The endpoints to try, best first: healthy ones by fewest outstanding requests,
-        ties taken in turn so idle endpoints share sequential traffic. Cooling ones come
-        only when none is healthy (soonest ready first): trying beats refusing."""
+        ties taken in turn so idle endpoints share sequential traffic — except that with
+        affinity on, the healthy endpoint ``key`` maps to comes first unless it is the
+        most loaded of them. Cooling ones come only when none is healthy (soonest ready
+        first): trying beats refusing."""
         endpoints = self.endpoints
         if len(endpoints) == 1:
             return endpoints
@@ -91,9 +98,15 @@ class EndpointPool:
         self._turn = (self._turn + 1) % len(endpoints)
         rotated = endpoints[self._turn :] + endpoints[: self._turn]
         healthy = [e for e in rotated if e.cooling_until <= now]
-        if healthy:
-            return sorted(healthy, key=_outstanding)  # stable: rotation breaks ties
-        return sorted(endpoints, key=_ready_at)
+        if not healthy:
+            return sorted(endpoints, key=_ready_at)
+        by_load = sorted(healthy, key=_outstanding)  # stable: rotation breaks ties
+        if not self.affinity or key is None or len(healthy) == 1:
+            return by_load
+        preferred = healthy[rendezvous_order(key, [e.url for e in healthy])[0]]
+        if preferred.outstanding > by_load[-2 if by_load[-1] is preferred else -1].outstanding:
+            return by_load  # the most loaded: the least loaded serves, the prefix is recomputed there
+        return [preferred, *(e for e in by_load if e is not preferred)]
 
     def succeeded(self, endpoint: Endpoint) -> None:
         if endpoint.failures:

@@ -20,6 +20,7 @@ from yarl import URL
 
 from dragoman.adapters.canonical import EmbedRequest, Request
 from dragoman.adapters.errors import BackendError, BackendTimeout, DragomanError
+from dragoman.backends.upstream.affinity import affinity_key
 from dragoman.backends.upstream.clients import ClientLease
 from dragoman.backends.upstream.endpoints import Endpoint, EndpointPool
 from dragoman.backends.upstream.exchange import Failed, Reply, open_reply, read_rest
@@ -101,7 +102,7 @@ class Endpoints:
         s = self.settings
         total_deadline = loop.time() + s.total_timeout
         failures: list[tuple[Endpoint, Failed]] = []
-        attempts = self.pool.order()
+        attempts = self.pool.order(affinity_key(request) if self.pool.affinity else None)
         for endpoint in with_one_retry(attempts):
             now = loop.time()
             if now >= total_deadline:

@@ -29,6 +29,10 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # ``cooldown`` seconds (while another endpoint is healthy).
     max_failures: int = 3
     cooldown: float = 30.0
+    # With several endpoints: "prefix" sends requests sharing a prompt prefix (or the
+    # client's prompt_cache_key / user) to the endpoint holding it while it is healthy
+    # and not the most loaded (affinity.py); "none": least loaded only.
+    affinity: Literal["prefix", "none"] = "prefix"
     max_connections: int = 100  # per upstream server, shared by every entry that uses it
     # List the upstream's own models (those this entry's name or pattern matches).
     discover: bool = False
