@@ -10,7 +10,12 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 
+from opentelemetry import trace
+
 from dragoman.adapters.errors import Overloaded
+
+# A span only while a request waits for its slot; a no-op unless tracing is on (proxy/tracing.py).
+_TRACER = trace.get_tracer("dragoman")
 
 
 class Admission:
@@ -40,7 +45,8 @@ class Admission:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await waiter  # release() hands its slot over, so active is already counted
+            with _TRACER.start_as_current_span("admission wait", attributes={"dragoman.waiting": len(self._waiters)}):
+                await waiter  # release() hands its slot over, so active is already counted
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self.release()  # the slot arrived as we were cancelled: pass it on

@@ -84,6 +84,15 @@ class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("'max_concurrent' and 'max_bytes' must be at least 1 and 'timeout' positive")
 
 
+class TracingConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """OpenTelemetry traces (OTLP over HTTP). Off unless ``endpoint`` is set here or the
+    standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is;
+    the other ``OTEL_*`` variables (headers, sampler, batch delay) apply as the SDK reads them."""
+
+    endpoint: str | None = None  # the collector's base URL, e.g. http://127.0.0.1:4318 (spans go to /v1/traces)
+    service_name: str = "dragoman"
+
+
 class ResponseStoreConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Where ``/v1/responses`` keeps what ``store: true`` stores (previous_response_id,
     GET/DELETE /v1/responses/{id}). ``kind: none`` keeps nothing."""
@@ -166,6 +175,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     limits: Limits = Limits()
     image_fetch: ImageFetch = ImageFetch()
     responses: ResponseStoreConfig = ResponseStoreConfig()
+    tracing: TracingConfig = TracingConfig()
 
     def __post_init__(self) -> None:
         for entry in listed(self.allowed_hosts):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +24,7 @@ from dragoman.proxy.cors import cors_config
 from dragoman.proxy.health_routes import health_router, metrics_route
 from dragoman.proxy.host_check import host_check, host_rules
 from dragoman.proxy.logging import observe_requests
+from dragoman.proxy.tracing import start_tracing, stop_tracing, trace_requests
 from dragoman.proxy.metrics import Metrics
 from dragoman.proxy.model_admin_routes import model_admin_router
 from dragoman.proxy.models import BackendFactory, ModelTable, build_backend
@@ -59,6 +62,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
             await table.lifetime.drained()
             await table.aclose()
             await store.aclose()
+            await asyncio.to_thread(stop_tracing)
 
     def provide_models() -> ModelTable:
         assert table is not None, "the app's lifespan has not started"
@@ -113,5 +117,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     handler = origin_check(cors)(app.asgi_handler)
     if (rules := host_rules(server)) is not None:
         handler = host_check(rules)(handler)
+    if (tracer := start_tracing(server.tracing)) is not None:
+        handler = trace_requests(tracer)(handler)
     app.asgi_handler = observe_requests(metrics)(handler)
     return app

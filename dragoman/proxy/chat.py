@@ -188,7 +188,7 @@ async def _encoded(chat: Chat, encoder: StreamEncoder, record: RequestRecord) ->
                 yield encoder.error(error_for_status(event.status, event.message))
                 break
             if isinstance(event, Finish):
-                record.usage = event.usage
+                record.usage, record.finish_reason, record.timings = event.usage, event.reason, event.timings
             frame = encoder.encode(event)
             if frame:
                 yield frame
@@ -237,7 +237,7 @@ async def collect(chat: Chat, record: RequestRecord, receive: Receive) -> ChatRe
         result = work.result()
     finally:
         await chat.close()
-    record.usage = result.usage
+    record.usage, record.finish_reason, record.timings = result.usage, result.finish_reason, result.timings
     return result
 
 

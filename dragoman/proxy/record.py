@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from dragoman.adapters.canonical import ContentDelta, Event, ThinkingDelta, ToolCallDone, ToolCallFragment, Usage
+from dragoman.adapters.canonical import ContentDelta, Event, ThinkingDelta, Timings, ToolCallDone, ToolCallFragment, Usage
 
 _TOKEN_EVENTS = (ContentDelta, ThinkingDelta, ToolCallDone, ToolCallFragment)
 
@@ -38,7 +38,7 @@ def scope_dialect(scope: Mapping[str, Any]) -> Dialect:
 class RequestRecord:
     __slots__ = (
         "request_id", "method", "path", "dialect", "model", "entry", "backend", "status", "usage", "error", "started",
-        "first_token_at", "embed_inputs",
+        "first_token_at", "embed_inputs", "finish_reason", "timings",
     )
 
     def __init__(self, request_id: str, method: str, path: str, dialect: Dialect | None = None) -> None:
@@ -55,6 +55,8 @@ class RequestRecord:
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.embed_inputs: int | None = None  # set by embedding requests only
+        self.finish_reason: str | None = None  # of a generated reply (traces)
+        self.timings: Timings | None = None  # the backend's own prefill and decode times (traces)
 
     def mark(self, event: Event) -> None:
         """Note the time of the first generated token (for time-to-first-token)."""

@@ -16,6 +16,8 @@ from typing import Generic, TypeVar
 
 import aiohttp
 import msgspec
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from yarl import URL
 
 from dragoman.adapters.canonical import EmbedRequest, Request
@@ -28,6 +30,8 @@ from dragoman.backends.upstream.redaction import Redactor
 from dragoman.backends.upstream.settings import UpstreamSettings
 
 T = TypeVar("T")
+# One client span per attempt (an endpoint tried); a no-op unless tracing is on (proxy/tracing.py).
+_TRACER = trace.get_tracer("dragoman")
 
 HeadersFor = Callable[[Endpoint, Request | EmbedRequest | None], tuple[dict[str, str], Redactor]]
 # What is read of a reply before it counts as an answer: (reply, endpoint, total deadline).
@@ -113,6 +117,14 @@ class Endpoints:
             else:
                 deadline, silence = total_deadline, self._total_silence
             endpoint.outstanding += 1
+            span = _TRACER.start_span(
+                f"upstream POST {path}", kind=SpanKind.CLIENT,
+                attributes={"server.address": endpoint.label, "gen_ai.request.model": request.model},
+            )
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, context=trace.set_span_in_context(span))  # traceparent, continued upstream
+            if carrier:  # tracing on: never into ``headers`` itself, which the backend shares
+                headers = {**headers, **carrier}
             try:
                 try:
                     reply = await open_reply(
@@ -122,6 +134,7 @@ class Endpoints:
                     value = await read(reply, endpoint, total_deadline)
                     self.pool.succeeded(endpoint)
                 except Failed as failed:
+                    span.set_status(Status(StatusCode.ERROR, failed.reason))
                     self.pool.failed(endpoint, failed.reason)
                     failures.append((endpoint, failed))
                     if gives_up(attempts, failed):
@@ -134,6 +147,7 @@ class Endpoints:
                 return
             finally:
                 endpoint.outstanding -= 1
+                span.end()
         raise exhausted(request.model, failures)
 
     async def post_whole(self, path: str, body: bytes, request: Request | EmbedRequest) -> tuple[bytes, Endpoint]:
