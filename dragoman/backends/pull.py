@@ -42,6 +42,14 @@ def buildable(name: str) -> Build | None:
     return pull_build(name)
 
 
+def configure_registry(address: str) -> None:
+    """Where a pull of a name not on this machine downloads from (``server.registry``;
+    empty: nowhere)."""
+    from dragoman.backends.onnx.prepare import registry
+
+    registry.configure(address)
+
+
 _STAGE = re.compile(r"\[(\d+)/(\d+)\]\s*(?:\[[#.]*\]\s*)?(.*?)…?\s*$")
 
 
@@ -55,4 +63,4 @@ def stage_progress(line: str, digest: str) -> PullProgress | None:
     return PullProgress(status=text, digest=digest, total=total, completed=number - 1)
 
 
-__all__ = ["Build", "ProgressCallback", "PullProgress", "Pullable", "buildable", "stage_progress"]
+__all__ = ["Build", "configure_registry", "ProgressCallback", "PullProgress", "Pullable", "buildable", "stage_progress"]
