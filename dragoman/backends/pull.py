@@ -1,15 +1,15 @@
 """What ``/api/pull`` can do for a name, with progress in Ollama's pull shape.
 
-dragoman serves the models its config file names; it downloads nothing from a
-registry. So a pull of a served name makes that model ready — a local model that is
-not built yet is built (the default model today; whatever ``dragoman models prepare``
-learns to build later) — and a name the config does not serve is an error naming
-what to do. The two hooks:
+dragoman serves the models its config file names. A pull of a served name makes that
+model ready — a local model that is not built yet is built (from a known source, the
+local Ollama store, or downloaded from the registry first) — and a name the config does
+not serve is built when it can be, else an error naming what to do. The two hooks:
 
 - a backend's ``pull(model, progress)`` (optional, see :class:`Pullable`): make a
   served model ready, calling ``progress`` as it goes;
 - :func:`buildable`: what could be built for a name the config does *not* serve:
-  ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, built as
+  ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, else any Ollama
+  name from ``server.registry`` (:mod:`backends.onnx.prepare.registry`), built as
   ``dragoman models prepare`` builds them (anything else is a 404).
 """
 

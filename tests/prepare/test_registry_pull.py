@@ -13,12 +13,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import ollama
 import pytest
 
 from dragoman.backends.onnx.prepare import ollama_store, registry, support
 from dragoman.backends.onnx.prepare.support import PrepareError
 from dragoman.backends.pull_progress import PullProgress
 from tests.support.ollama_registry import Registry, running_registry
+from tests.support.server import config_from_yaml, serve
 
 MODEL = "application/vnd.ollama.image.model"
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,3 +142,22 @@ def test_the_cli_pulls_then_builds_and_refuses_bad_names(stand_in: Registry, tmp
     assert "pulling " in done.stderr and "MiB of 3.0 MiB" in done.stderr
     assert done.returncode == 1 and "sha256-" in done.stderr and "GGUF" in done.stderr, done.stderr
     assert (tmp_path / "ollama/manifests/registry.ollama.ai/library/tiny/1b").is_file()
+
+
+def test_the_server_checks_the_name_first_and_says_what_the_registry_said(stand_in: Registry) -> None:
+    config = config_from_yaml(
+        f"""\
+        server: {{registry: "{stand_in.url}"}}
+        models:
+          - {{name: scripted, backend: tests.support.scripted:ScriptedBackend}}
+        """
+    )
+    with serve(config) as server:
+        client = ollama.Client(host=server.url)
+        with pytest.raises(ollama.ResponseError) as info:
+            client.pull("bad name!")
+        assert info.value.status_code == 404 and "it is not an Ollama model name to pull" in info.value.error
+        assert stand_in.requests == []
+        with pytest.raises(ollama.ResponseError, match="has no model 'nothing:latest'; check the name and tag"):
+            list(client.pull("nothing", stream=True))
+        assert stand_in.requests == ["GET /v2/library/nothing/manifests/latest"]
