@@ -80,6 +80,9 @@ async def pull(text: str, *, registry: str, home: Path | None = None, report: Re
         layers = [*([manifest.config] if manifest.config is not None else []), *manifest.layers]
         for layer in layers:
             ollama_store.blob_path(store, layer.digest)  # a digest that is not sha256 is refused here
+            if layer.size < 0:
+                raise PrepareError(f"pull model manifest: the manifest of '{name.display}' gives {layer.digest[:19]}… "
+                                   f"a size of {layer.size}; not an Ollama manifest")  # fmt: skip
         ollama_store.model_layer(manifest, name)
         _check_disk(store, name, _missing_bytes(store, layers))
         for layer in layers:
