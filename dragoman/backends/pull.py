@@ -1,15 +1,15 @@
 """What ``/api/pull`` can do for a name, with progress in Ollama's pull shape.
 
-dragoman serves the models its config file names; it downloads nothing from a
-registry. So a pull of a served name makes that model ready — a local model that is
-not built yet is built (the default model today; whatever ``dragoman models prepare``
-learns to build later) — and a name the config does not serve is an error naming
-what to do. The two hooks:
+dragoman serves the models its config file names. A pull of a served name makes that
+model ready — a local model that is not built yet is built (from a known source, the
+local Ollama store, or downloaded from the registry first) — and a name the config does
+not serve is built when it can be, else an error naming what to do. The two hooks:
 
 - a backend's ``pull(model, progress)`` (optional, see :class:`Pullable`): make a
   served model ready, calling ``progress`` as it goes;
 - :func:`buildable`: what could be built for a name the config does *not* serve:
-  ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, built as
+  ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, else any Ollama
+  name from ``server.registry`` (:mod:`backends.onnx.prepare.registry`), built as
   ``dragoman models prepare`` builds them (anything else is a 404).
 """
 
@@ -42,6 +42,14 @@ def buildable(name: str) -> Build | None:
     return pull_build(name)
 
 
+def configure_registry(address: str) -> None:
+    """Where a pull of a name not on this machine downloads from (``server.registry``;
+    empty: nowhere)."""
+    from dragoman.backends.onnx.prepare import registry
+
+    registry.configure(address)
+
+
 _STAGE = re.compile(r"\[(\d+)/(\d+)\]\s*(?:\[[#.]*\]\s*)?(.*?)…?\s*$")
 
 
@@ -55,4 +63,4 @@ def stage_progress(line: str, digest: str) -> PullProgress | None:
     return PullProgress(status=text, digest=digest, total=total, completed=number - 1)
 
 
-__all__ = ["Build", "ProgressCallback", "PullProgress", "Pullable", "buildable", "stage_progress"]
+__all__ = ["Build", "configure_registry", "ProgressCallback", "PullProgress", "Pullable", "buildable", "stage_progress"]

@@ -169,9 +169,12 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # an upstream server, else one (dragoman/proxy/workers.py says why).
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] | Literal["auto"] = "auto"
     ui: bool = True  # the web page at /ui (models, health, playground); false turns it off
-    # /api/pull of a name the config does not serve (ollama:NAME, smollm2) builds it, one
+    # /api/pull of a name the config does not serve (ollama:NAME, smollm2, a registry name) builds it, one
     # build at a time; false refuses that with a 403 (build with `dragoman models prepare`).
     pull_builds: bool = True
+    # The Ollama registry a pull of a name not on this machine downloads from (manifest,
+    # then blobs by digest; dragoman/backends/onnx/prepare/registry.py); "" turns that off.
+    registry: Annotated[str, msgspec.Meta(pattern=r"^(https?://[^\s/]+(/[^\s]*)?)?$")] = "https://registry.ollama.ai"
     limits: Limits = Limits()
     image_fetch: ImageFetch = ImageFetch()
     responses: ResponseStoreConfig = ResponseStoreConfig()

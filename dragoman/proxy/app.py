@@ -13,6 +13,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 
+from dragoman.backends.pull import configure_registry
 from dragoman.config import Config
 from dragoman.proxy.embedding_routes import embedding_router
 from dragoman.proxy.anthropic_routes import anthropic_router
@@ -53,6 +54,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         nonlocal table, store
         table = ModelTable(config, backend_factory)
+        configure_registry(config.server.registry)  # where pulls of names not on this machine go
         store = open_store(config.server.responses)
         app.state.models = table
         try:

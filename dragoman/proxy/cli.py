@@ -10,7 +10,7 @@ from pathlib import Path
 
 import uvicorn
 
-from dragoman.backends.onnx.prepare.cli import add_prepare_arguments, print_builds, run_prepare
+from dragoman.backends.onnx.prepare.cli import add_prepare_arguments, add_pull_arguments, print_builds, run_prepare, run_pull
 from dragoman.backends.registry import settings_type
 from dragoman.config import Config, ConfigError, check_report, load_config, routing_table
 from dragoman.proxy import workers
@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     add_prepare_arguments(prepare)
     prepare.set_defaults(run=run_prepare)
+    pull = models.add_parser("pull", help="download a model from an Ollama registry by name, then prepare it")
+    add_pull_arguments(pull)
+    pull.set_defaults(run=run_pull)
     return parser
 
 

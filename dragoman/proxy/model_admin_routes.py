@@ -1,6 +1,6 @@
 """Ollama's model-management endpoints, as a gateway whose models come from a YAML file.
 
-``/api/pull`` makes a served model ready (Home Assistant and Continue pull a model they
+``/api/pull`` makes a served model ready, or pulls one from the registry and builds it (Home Assistant and Continue pull a model they
 do not see listed; Open WebUI has a pull screen): progress lines in Ollama's shape, then
 ``{"status": "success"}``. ``/api/delete``, ``/api/copy``, ``/api/create``,
 ``/api/push`` and ``/api/blobs/:digest`` change what a server holds, which here is the
@@ -84,9 +84,11 @@ def _pull_for(models: ModelTable, name: str) -> Callable[[ProgressCallback], Awa
         build = buildable(name)
         if build is None:
             # Not the config file's path: whoever asks need not learn the server's folders.
+            registry = models.config.server.registry
+            why = "it is not an Ollama model name to pull" if registry else "pulls from a registry are off (server.registry is empty)"
             raise NotServed(
                 f"pull model manifest: model '{name}' is not served here: dragoman serves the models its config "
-                "file names and downloads none; add an entry for it (see docs/configuration.md) and "
+                f"file names, and {why}; add an entry for it (see docs/configuration.md) and "
                 "restart, or pick one of GET /api/tags",
                 param="model",
                 code="model_not_found",

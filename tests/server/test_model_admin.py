@@ -46,6 +46,7 @@ def test_pulling_a_name_the_config_does_not_serve(ol: ollama.Client) -> None:
         # One sentence, not wrapped again in "model '…' not found".
         assert info.value.error.startswith("pull model manifest: model 'llama3.2:1b' is not served here")
         assert not info.value.error.endswith("not found")
+        assert "pulls from a registry are off (server.registry is empty)" in info.value.error  # the tests' servers
 
 
 ADMIN = [

@@ -47,11 +47,14 @@ def config_from_yaml(text: str) -> Config:
 @contextmanager
 def serve(config: Config, *, backend_factory: BackendFactory = build_backend) -> Iterator[RunningServer]:
     """``backend_factory`` lets a test keep hold of the backends it builds. A config that
-    names no response store file gets one in a temporary folder, never in ~/.cache."""
+    names no response store file gets one in a temporary folder, never in ~/.cache; one
+    that pulls from Ollama's public registry pulls from none (a test sets a stand-in's)."""
     with tempfile.TemporaryDirectory(prefix="dragoman-test-") as scratch:
         if config.server.responses.path is None:
             responses = msgspec.structs.replace(config.server.responses, path=str(Path(scratch) / "responses.sqlite3"))
             config = msgspec.structs.replace(config, server=msgspec.structs.replace(config.server, responses=responses))
+        if config.server.registry == "https://registry.ollama.ai":  # tests reach no internet
+            config = msgspec.structs.replace(config, server=msgspec.structs.replace(config.server, registry=""))
         with _serve(config, backend_factory) as server:
             yield server
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from dragoman.adapters.errors import BackendError
 from dragoman.backends.onnx.model_info import ModelFacts, read_model_facts
 from dragoman.backends.onnx.prepare import PrepareError, catalogue, default_model_path, is_prepared, prepare_in_subprocess
-from dragoman.backends.onnx.prepare.background import prepare_in_background, pull_progress, pull_source
+from dragoman.backends.onnx.prepare import registry
+from dragoman.backends.onnx.prepare.background import prepare_in_background, pull_progress, pull_source, registry_name
 from dragoman.backends.onnx.prepare.build import GGUF_SHA256
 from dragoman.backends.onnx.prepare.support import models_dir
 from dragoman.backends.onnx.providers import Provider, candidate_providers, installed_flavours
@@ -106,9 +107,14 @@ class ModelFiles:
     async def _build_named(self, missing: str, progress: ProgressCallback | None) -> Path:
         assert self.settings.model is not None
         source = pull_source(self.settings.model) or pull_source(f"ollama:{self.settings.model}")
-        if progress is None or source is None or not self.settings.prepare:
+        fetch = registry_name(self.settings.model) if source is None else None
+        if progress is None or (source is None and fetch is None) or not self.settings.prepare:
             raise BackendError(missing, status=404)
         try:
+            if fetch is not None:  # not on this machine: from the registry first, into DRAGOMAN_HOME/ollama
+                await registry.pull(fetch, registry=registry.address(), report=progress)
+                source = f"ollama:{fetch}"
+            assert source is not None
             build = await prepare_in_background(
                 source, name=self.settings.model, provider=self.candidates()[0],
                 on_progress=pull_progress(progress, None),

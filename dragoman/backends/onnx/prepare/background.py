@@ -130,7 +130,7 @@ def pull_source(name: str) -> str | None:
         parsed = ollama_store.parse_name(name.removeprefix("ollama:"))
     except PrepareError:
         return None
-    return name if ollama_store.has_model(parsed, ollama_store.store_dir()) else None
+    return name if ollama_store.has_model(parsed, ollama_store.find_store(parsed)) else None
 
 
 def pull_progress(progress: Callable[[Any], None] | None, digest: str | None) -> Callable[[BuildProgress], None] | None:
@@ -164,16 +164,23 @@ def pull_build(name: str) -> Callable[[Callable[[Any], None]], Any] | None:
     :func:`backends.pull.buildable`): the build, with progress, then a line saying
     which config entry serves it. None when nothing can be built for ``name``."""
     source = pull_source(name)
+    fetch = None
     if source is None:
-        return None
+        fetch = registry_name(name)
+        if fetch is None:
+            return None
+        source = f"ollama:{fetch}"
 
     async def build(progress: Callable[[Any], None]) -> None:
         from dragoman.adapters.errors import BackendError
+        from dragoman.backends.onnx.prepare import registry
         from dragoman.backends.onnx.prepare.entry import yaml_entry
         from dragoman.backends.pull_progress import PullProgress
 
-        digest = await asyncio.to_thread(_digest, source)  # the manifest is a file read: off the event loop
         try:
+            if fetch is not None:
+                await registry.pull(fetch, registry=registry.address(), report=progress)
+            digest = await asyncio.to_thread(_digest, source)  # the manifest is a file read: off the event loop
             built = await prepare_in_background(source, on_progress=pull_progress(progress, digest))
         except PrepareError as exc:
             raise BackendError(f"pull of '{name}' failed: {exc}") from None
@@ -181,6 +188,22 @@ def pull_build(name: str) -> Callable[[Callable[[Any], None]], Any] | None:
         progress(PullProgress(status=f"built {built.id}; to serve it, add to the config's models: {entry}"))
 
     return build
+
+
+def registry_name(name: str) -> str | None:
+    """The name to pull from the registry (:mod:`.registry`) for a pull of ``name`` that
+    nothing here can build: a well-formed Ollama name, with or without ``ollama:``; None
+    when registry pulls are off (``server.registry: ""``) or the name is not one."""
+    from dragoman.backends.onnx.prepare import ollama_store, registry
+
+    if not registry.address():
+        return None
+    bare = name.removeprefix("ollama:")
+    try:
+        ollama_store.parse_name(bare)
+    except PrepareError:
+        return None
+    return bare
 
 
 def _digest(source: str) -> str | None:
@@ -191,7 +214,7 @@ def _digest(source: str) -> str | None:
     if source.startswith("ollama:"):
         try:
             name = ollama_store.parse_name(source.removeprefix("ollama:"))
-            return ollama_store.model_layer(ollama_store.read_manifest(name, ollama_store.store_dir()), name).digest
+            return ollama_store.model_layer(ollama_store.read_manifest(name, ollama_store.find_store(name)), name).digest
         except PrepareError:
             return None
     return f"sha256:{GGUF_SHA256}"

@@ -16,8 +16,9 @@ SOURCE_HELP = (
 )
 
 
-def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
+def add_prepare_arguments(parser: argparse.ArgumentParser, *, source: bool = True) -> None:
+    if source:
+        parser.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
     parser.add_argument("--name", help="the name clients ask for (default: the Ollama name, or the model's own)")
     parser.add_argument("--provider", choices=list(PRECISIONS), default="cpu",
                         help="the execution provider the graph is built for (default cpu)")  # fmt: skip
@@ -30,6 +31,39 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="show the builder's own output")
     parser.add_argument("--progress-json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--print-path", action="store_true", help=argparse.SUPPRESS)
+
+
+def add_pull_arguments(parser: argparse.ArgumentParser) -> None:
+    from dragoman.backends.onnx.prepare.registry import DEFAULT_REGISTRY
+
+    parser.add_argument("model", metavar="NAME", help="an Ollama name, [host/][namespace/]model[:tag] (llama3.2:1b)")
+    parser.add_argument("--registry", default=DEFAULT_REGISTRY, metavar="URL",
+                        help=f"the Ollama registry to pull from (default {DEFAULT_REGISTRY}; a config's server.registry)")  # fmt: skip
+    add_prepare_arguments(parser, source=False)
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    """``dragoman models pull NAME``: the manifest and blobs from the registry into
+    DRAGOMAN_HOME/ollama (resuming what an earlier pull left), then ``prepare ollama:NAME``."""
+    import asyncio
+
+    from dragoman.backends.onnx.prepare import registry
+    from dragoman.backends.pull_progress import PullProgress
+
+    def show(step: PullProgress) -> None:
+        if args.progress_json:
+            return
+        done = f" {human_bytes(step.completed)} of {human_bytes(step.total)}" if step.total and step.completed is not None else ""
+        print(f"{step.status}{done}", file=sys.stderr)
+
+    print("pulling manifest", file=sys.stderr)
+    try:
+        name = asyncio.run(registry.pull(args.model.removeprefix("ollama:"), registry=args.registry, report=show))
+    except PrepareError as exc:
+        print(f"dragoman: {exc}", file=sys.stderr)
+        return 1
+    args.source = f"ollama:{name.display}"
+    return run_prepare(args)
 
 
 EMBEDDING_MODELS = ("all-minilm", "smollm2-hidden")  # built by dragoman/backends/onnx/embedding_prepare.py

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from dragoman.backends.onnx.prepare.store_files import checked_stat, inside, read_bounded
-from dragoman.backends.onnx.prepare.support import PrepareError
+from dragoman.backends.onnx.prepare.support import PrepareError, dragoman_home
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
@@ -53,6 +53,22 @@ def store_dir() -> Path:
     """``$OLLAMA_MODELS``, else ``~/.ollama/models`` (Path.home() is %USERPROFILE% on Windows)."""
     env = os.environ.get("OLLAMA_MODELS")
     return Path(env).expanduser() if env else Path.home() / ".ollama" / "models"
+
+
+def pulled_store(home: Path | None = None) -> Path:
+    """Where ``dragoman models pull`` and ``/api/pull`` put what they download from a
+    registry (:mod:`.registry`), in the same layout: ``DRAGOMAN_HOME/ollama``."""
+    return (home or dragoman_home()) / "ollama"
+
+
+def find_store(name: OllamaName) -> Path:
+    """Ollama's own store when it has ``name``, else dragoman's pulled store when that has
+    it, else Ollama's (whose error then says what to do)."""
+    own = store_dir()
+    if has_model(name, own):
+        return own
+    pulled = pulled_store()
+    return pulled if has_model(name, pulled) else own
 
 
 class OllamaName(msgspec.Struct, frozen=True):
@@ -186,8 +202,8 @@ def model_layer(manifest: Manifest, name: OllamaName) -> Layer:
 
 
 def read_model(text: str, store: Path | None = None) -> OllamaModel:
-    store = store or store_dir()
     name = parse_name(text)
+    store = store or find_store(name)
     manifest = read_manifest(name, store)
     config = _json_blob(store, manifest.config) if manifest.config is not None else {}
     if config.get("remote_host"):
