@@ -97,8 +97,9 @@ class ResponseStoreConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=Tru
     """Where ``/v1/responses`` keeps what ``store: true`` stores (previous_response_id,
     GET/DELETE /v1/responses/{id}). ``kind: none`` keeps nothing."""
 
-    kind: Literal["sqlite", "none"] = "sqlite"
+    kind: Literal["sqlite", "postgres", "none"] = "sqlite"
     path: str | None = None  # the SQLite file; None = $DRAGOMAN_HOME/responses.sqlite3
+    url: str | None = None  # postgres: postgresql://user:password@host:5432/db (usually "${ENV_VAR}")
     max_age: float = 30 * 24 * 3600.0  # seconds a response is kept (OpenAI keeps 30 days)
     max_bytes: int = 256 * MiB  # all stored responses together; the oldest go first
 
@@ -107,6 +108,8 @@ class ResponseStoreConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=Tru
             raise ValueError("'max_age' must be a positive number of seconds")
         if self.max_bytes < MiB:
             raise ValueError("'max_bytes' must be at least 1048576 (1 MiB)")
+        if (self.kind == "postgres") != (self.url is not None):
+            raise ValueError("'url' (postgresql://…) is needed with kind: postgres, and only there")
 
 
 def listed(value: list[str] | str) -> list[str]:

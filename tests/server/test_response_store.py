@@ -1,52 +1,96 @@
-"""The SQLite response store: kept, found, deleted, expired, bounded in size."""
+"""The response stores, SQLite and PostgreSQL (a real server, tests/support/postgres.py):
+kept, found, deleted, expired, bounded in size, each key's rows its own."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import stat
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from dragoman.config.schema import ResponseStoreConfig
 from dragoman.proxy.response_store import NoStore, SqliteStore, StoredResponse, open_store
+from dragoman.proxy.response_store_postgres import PostgresStore, StoreUnavailable
+from tests.support.postgres import Postgres, postgres_server
+
+Store = SqliteStore | PostgresStore
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Postgres]:
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Store]]:
+    """A store of the kind the parameter names, empty, with the bounds a test gives."""
+    made: list[Store] = []
+
+    def make(max_age: float, max_bytes: int) -> Store:
+        if request.param == "sqlite":
+            store: Store = SqliteStore(tmp_path / "s.sqlite3", max_age=max_age, max_bytes=max_bytes)
+        else:
+            url = request.getfixturevalue("postgres").database(f"t{len(made)}_{abs(hash(request.node.name)) % 10**8}")
+            store = PostgresStore(url, max_age=max_age, max_bytes=max_bytes)
+        made.append(store)
+        return store
+
+    yield make
 
 
 def row(name: str, size: int = 10, age: float = 0.0) -> StoredResponse:
     return StoredResponse(name, time.time() - age, b"r" * size, b"[]")
 
 
-async def test_put_get_delete(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "s.sqlite3", max_age=60, max_bytes=1 << 20)
+async def test_put_get_delete(make_store: Callable[..., Store]) -> None:
+    store = make_store(max_age=60, max_bytes=1 << 20)
     try:
         assert await store.put(row("a"))
         found = await store.get("a")
         assert found is not None and found.response == b"r" * 10 and found.input == b"[]"
-        assert await store.get("b") is None
+        assert await store.get("b") is None and await store.get("a", "another key") is None
+        assert not await store.delete("a", "another key")
         assert await store.delete("a") and not await store.delete("a")
         assert await store.get("a") is None
+    finally:
+        await store.aclose()
+
+
+async def test_sqlite_keeps_a_write_ahead_log(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite3", max_age=60, max_bytes=1 << 20)
+    try:
+        assert await store.put(row("a"))
     finally:
         await store.aclose()
     with sqlite3.connect(tmp_path / "s.sqlite3") as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
-async def test_expired_rows_are_invisible_and_pruned(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "s.sqlite3", max_age=60, max_bytes=1 << 20)
+async def test_expired_rows_are_invisible_and_pruned(make_store: Callable[..., Store]) -> None:
+    store = make_store(max_age=60, max_bytes=1 << 20)
     try:
         await store.put(row("old", age=120))
         assert await store.get("old") is None
         await store.put(row("new"))  # a write prunes
+        long_lived = make_store(max_age=3600, max_bytes=1 << 20)  # the same rows, read with a longer max_age
+        if isinstance(store, PostgresStore):
+            long_lived = PostgresStore(store._pool.conninfo, max_age=3600, max_bytes=1 << 20)
+        try:
+            assert await long_lived.get("old") is None and await long_lived.get("new") is not None
+        finally:
+            await long_lived.aclose()
     finally:
         await store.aclose()
-    with sqlite3.connect(tmp_path / "s.sqlite3") as db:
-        assert [r[0] for r in db.execute("SELECT id FROM responses")] == ["new"]
 
 
-async def test_the_oldest_go_when_over_the_size_bound(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "s.sqlite3", max_age=3600, max_bytes=100)
+async def test_the_oldest_go_when_over_the_size_bound(make_store: Callable[..., Store]) -> None:
+    store = make_store(max_age=3600, max_bytes=100)
     try:
         for i in range(5):
             await store.put(row(f"r{i}", size=28, age=10 - i))  # 30 bytes each with the input
@@ -58,8 +102,8 @@ async def test_the_oldest_go_when_over_the_size_bound(tmp_path: Path) -> None:
         await store.aclose()
 
 
-async def test_over_the_bound_the_key_holding_the_most_loses_its_oldest(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "s.sqlite3", max_age=3600, max_bytes=100)
+async def test_over_the_bound_the_key_holding_the_most_loses_its_oldest(make_store: Callable[..., Store]) -> None:
+    store = make_store(max_age=3600, max_bytes=100)
     try:
         def owned(name: str, owner: str, age: float) -> StoredResponse:
             return StoredResponse(name, time.time() - age, b"r" * 18, b"[]", owner)  # 20 bytes
@@ -107,3 +151,42 @@ async def test_the_store_file_is_the_owner_s_alone(tmp_path: Path) -> None:
         assert {stat.S_IMODE(f.stat().st_mode) for f in files} == {0o600}
     finally:
         await store.aclose()
+
+
+async def test_postgres_down_is_a_503_and_it_recovers_without_a_restart(postgres: Postgres) -> None:
+    store = PostgresStore(postgres.database("restart"), max_age=60, max_bytes=1 << 20)
+    try:
+        assert await store.put(row("kept"))
+        postgres.stop()
+        with pytest.raises(StoreUnavailable) as refused:
+            await store.get("kept")
+        assert refused.value.status == 503 and "retry" in refused.value.message
+        postgres.start()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                found = await store.get("kept")
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline, "the store did not reconnect"
+                await asyncio.sleep(0.2)
+        assert found is not None and found.response == b"r" * 10
+    finally:
+        if postgres.process is None:
+            postgres.start()
+        await store.aclose()
+
+
+async def test_replicas_starting_together_migrate_once(postgres: Postgres) -> None:
+    url = postgres.database("migrate")
+    stores = [PostgresStore(url, max_age=60, max_bytes=1 << 20) for _ in range(4)]
+    try:
+        assert all(await asyncio.gather(*(store.put(row(f"r{i}")) for i, store in enumerate(stores))))
+        assert all([await stores[0].get(f"r{i}") is not None for i in range(4)])  # each store sees the others' rows
+    finally:
+        for store in stores:
+            await store.aclose()
+    import psycopg
+
+    with psycopg.connect(url) as db:
+        assert db.execute("SELECT version FROM dragoman_schema").fetchall() == [(1,)]
