@@ -20,6 +20,7 @@ from dragoman.config.schema import (
     COMMON_MODEL_KEYS,
     DEFAULT_KEEP_ALIVE,
     Config,
+    KeyPolicy,
     ModelConfig,
     ModelRoute,
     RawConfig,
@@ -69,13 +70,14 @@ def parse_config(text: str, source: str, settings_for: SettingsLookup) -> Config
     routes = [_model_route(entry, i, settings_for, locate) for i, entry in enumerate(raw.models)]
     _check_names(routes, raw.aliases, locate)
     keys = _api_keys(raw.server, Path(source).parent, locate)
-    return Config(server=raw.server, models=routes, aliases=raw.aliases, source=source, api_keys=keys)
+    policies = _key_policies(raw.server, locate)
+    return Config(server=raw.server, models=routes, aliases=raw.aliases, source=source, api_keys=keys, key_policies=policies)
 
 
 def _api_keys(server: ServerConfig, base: Path, locate: _Locator) -> list[str]:
     """Keys from the list, the comma/space-separated string, and the keys file."""
     listed = server.api_keys.replace(",", " ").split() if isinstance(server.api_keys, str) else server.api_keys
-    keys = [k.strip() for k in listed if k.strip()]
+    keys = [k.strip() for k in (entry.key if isinstance(entry, KeyPolicy) else entry for entry in listed) if k.strip()]
     if server.api_keys_file:
         path = (base / Path(server.api_keys_file).expanduser()).resolve()
         try:
@@ -84,6 +86,19 @@ def _api_keys(server: ServerConfig, base: Path, locate: _Locator) -> list[str]:
             raise locate.error("server.api_keys_file", f"cannot read {path}: {exc.strerror or exc}") from None
         keys += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
     return keys
+
+
+def _key_policies(server: ServerConfig, locate: _Locator) -> list[KeyPolicy]:
+    """The keys given as objects; their names are what usage is counted under, so unique."""
+    policies = [entry for entry in server.api_keys if isinstance(entry, KeyPolicy)] if isinstance(server.api_keys, list) else []
+    seen: set[str] = set()
+    for policy in policies:
+        if not policy.key.strip() or not policy.name.strip():
+            raise locate.error("server.api_keys", "a key given as an object needs a non-empty 'key' and 'name'")
+        if policy.name in seen:
+            raise locate.error("server.api_keys", f"two keys are named '{policy.name}'; usage is counted by name: name each once")
+        seen.add(policy.name)
+    return policies
 
 
 def _model_route(entry: Any, index: int, settings_for: SettingsLookup, locate: _Locator) -> ModelRoute:

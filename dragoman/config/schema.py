@@ -6,6 +6,8 @@ backend knows (the backend's own ``Settings`` struct); :mod:`config.loader` spli
 
 from __future__ import annotations
 
+import fnmatch
+
 import ipaddress
 import re
 from typing import Annotated, Any, Literal
@@ -84,6 +86,21 @@ class ImageFetch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError("'max_concurrent' and 'max_bytes' must be at least 1 and 'timeout' positive")
 
 
+class KeyPolicy(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """An entry of ``server.api_keys`` given as an object: the key, the name its usage is
+    counted under (never the key itself), and its limits (none: unlimited)."""
+
+    key: str
+    name: str
+    rpm: Annotated[int, msgspec.Meta(ge=1)] | None = None  # requests per minute
+    tpm: Annotated[int, msgspec.Meta(ge=1)] | None = None  # prompt + generated tokens per minute
+    max_concurrent: Annotated[int, msgspec.Meta(ge=1)] | None = None  # requests at once
+    models: list[str] | None = None  # names or globs this key may use; None: all
+
+    def allows(self, model: str) -> bool:
+        return self.models is None or any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
+
+
 class TracingConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """OpenTelemetry traces (OTLP over HTTP). Off unless ``endpoint`` is set here or the
     standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is;
@@ -145,7 +162,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # Bearer keys a client must present. A list, or one string of keys separated by
     # commas or whitespace (so "${DRAGOMAN_API_KEYS}" can carry several). Empty: open,
     # and any bearer value is accepted, as Ollama does.
-    api_keys: list[str] | str = msgspec.field(default_factory=list)
+    api_keys: list[str | KeyPolicy] | str = msgspec.field(default_factory=list)
+    # Where per-key counters live, so every replica and server process counts together
+    # (redis://host:6379/0); None: in each process.
+    redis: str | None = None
     api_keys_file: str | None = None  # one key per line; '#' starts a comment
     # Paths that never need a key (clients probe these before they authenticate).
     open_paths: list[str] = msgspec.field(
@@ -233,3 +253,4 @@ class Config(msgspec.Struct):
     aliases: dict[str, str]
     source: str = "<built-in>"
     api_keys: list[str] = msgspec.field(default_factory=list)  # resolved from list, string and file
+    key_policies: list[KeyPolicy] = msgspec.field(default_factory=list)  # the api_keys given as objects

@@ -24,6 +24,7 @@ from dragoman.proxy.completion_routes import completion_router
 from dragoman.proxy.cors import cors_config
 from dragoman.proxy.health_routes import health_router, metrics_route
 from dragoman.proxy.host_check import host_check, host_rules
+from dragoman.proxy.key_limits import limit_keys, open_limits
 from dragoman.proxy.logging import observe_requests
 from dragoman.proxy.tracing import start_tracing, stop_tracing, trace_requests
 from dragoman.proxy.metrics import Metrics
@@ -86,6 +87,8 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         open_paths += ui.open_paths()
     if config.api_keys:
         middleware.append(auth_middleware_factory(config.api_keys, open_paths))
+    if (limits := open_limits(config.key_policies, server.redis)) is not None:
+        middleware.append(limit_keys(limits))
     cors = cors_config(server)
     app = Litestar(
         route_handlers=routes,

@@ -20,7 +20,7 @@ from litestar.types import Receive
 
 from dragoman.adapters.aggregate import ChatResult, ResultBuilder
 from dragoman.adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, Request, RoleStart, Secret, TextPart
-from dragoman.adapters.errors import BackendError, BackendTimeout, DragomanError, UnsupportedFeature, error_for_status
+from dragoman.adapters.errors import BackendError, BackendTimeout, DragomanError, ModelNotFound, UnsupportedFeature, error_for_status
 from dragoman.backends.base import Backend, Relay, TokenCounter, check_capabilities
 from dragoman.config import ModelRoute
 from dragoman.proxy.keepalive import KeepAlive, with_keepalive
@@ -106,6 +106,8 @@ def with_default_system(request: R, system: str | None) -> R:
 
 
 def prepare(table: ModelTable, request: R, record: RequestRecord) -> tuple[ModelRoute, Backend, R]:
+    if record.key_policy is not None and not record.key_policy.allows(request.model):
+        raise ModelNotFound(request.model)  # as OpenAI answers a model a key may not use: it does not exist for it
     route, backend = table.lookup(request.model)
     record.model = request.model
     record.entry = route.config.name

@@ -18,7 +18,7 @@ import numpy as np
 
 from dragoman.adapters.canonical import EmbedRequest, EmbedResult, Secret, Timings, Usage
 from dragoman.adapters.embeddings import shape_vectors
-from dragoman.adapters.errors import BackendTimeout, RequestError, UnsupportedFeature
+from dragoman.adapters.errors import BackendTimeout, ModelNotFound, RequestError, UnsupportedFeature
 from dragoman.backends.base import Backend, Embedder
 from dragoman.config import ModelRoute
 from dragoman.config.schema import Limits
@@ -55,6 +55,8 @@ def check_embed_request(request: EmbedRequest, limits: Limits) -> None:
 
 
 def prepare(table: ModelTable, request: EmbedRequest, record: RequestRecord) -> tuple[ModelRoute, Backend, EmbedRequest]:
+    if record.key_policy is not None and not record.key_policy.allows(request.model):
+        raise ModelNotFound(request.model)  # as OpenAI answers a model a key may not use: it does not exist for it
     route, backend = table.lookup(request.model)
     record.model = request.model
     record.entry = route.config.name

@@ -94,6 +94,8 @@ async def send_error(scope: dict[str, Any], send: Any, err: DragomanError) -> No
     dialect = scope_dialect(scope)
     body = error_body(dialect, err)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if err.retry_after is not None:
+        headers.append((b"retry-after", str(max(1, round(err.retry_after))).encode()))
     await send({"type": "http.response.start", "status": error_status(dialect, err), "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

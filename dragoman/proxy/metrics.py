@@ -65,6 +65,9 @@ class Metrics:
         self.embed_requests = Counter(
             "dragoman_embedding_requests", "Embedding requests", ["model", "status"], registry=self.registry
         )
+        # Usage per API key given a name in server.api_keys (the name, never the key).
+        self.key_requests = Counter("dragoman_key_requests", "Requests by API key name and status", ["key", "status"], registry=self.registry)
+        self.key_tokens = Counter("dragoman_key_tokens", "Tokens by API key name (in: prompt, out: generated)", ["key", "direction"], registry=self.registry)
         self.embed_inputs = Counter("dragoman_embedding_inputs", "Inputs embedded", ["model"], registry=self.registry)
         self.embed_tokens = Counter("dragoman_embedding_tokens", "Tokens embedded", ["model"], registry=self.registry)
         self.embed_latency = Histogram(
@@ -91,6 +94,11 @@ class Metrics:
         child = self._child
         child(self.requests, route, record.dialect, model, str(record.status)).inc()
         child(self.latency, route, record.dialect, model).observe(now - record.started)
+        if record.key_name is not None:
+            child(self.key_requests, record.key_name, str(record.status)).inc()
+            if record.usage is not None:
+                child(self.key_tokens, record.key_name, "in").inc(record.usage.prompt_tokens)
+                child(self.key_tokens, record.key_name, "out").inc(record.usage.completion_tokens)
         if record.embed_inputs is not None:
             self._observe_embedding(record, model, now)
             return

@@ -38,7 +38,7 @@ def scope_dialect(scope: Mapping[str, Any]) -> Dialect:
 class RequestRecord:
     __slots__ = (
         "request_id", "method", "path", "dialect", "model", "entry", "backend", "status", "usage", "error", "started",
-        "first_token_at", "embed_inputs", "finish_reason", "timings",
+        "first_token_at", "embed_inputs", "finish_reason", "timings", "key_name", "key_policy",
     )
 
     def __init__(self, request_id: str, method: str, path: str, dialect: Dialect | None = None) -> None:
@@ -57,6 +57,8 @@ class RequestRecord:
         self.embed_inputs: int | None = None  # set by embedding requests only
         self.finish_reason: str | None = None  # of a generated reply (traces)
         self.timings: Timings | None = None  # the backend's own prefill and decode times (traces)
+        self.key_name: str | None = None  # the name of the client's key, when it has one (usage per key)
+        self.key_policy: Any = None  # its KeyPolicy (proxy/key_limits.py): which models it may use
 
     def mark(self, event: Event) -> None:
         """Note the time of the first generated token (for time-to-first-token)."""
@@ -86,6 +88,8 @@ class RequestRecord:
             out["generated_tokens"] = self.usage.completion_tokens
         if self.embed_inputs is not None:
             out["inputs"] = self.embed_inputs
+        if self.key_name is not None:
+            out["key"] = self.key_name
         if self.error is not None:
             out["error"] = self.error
         return out
