@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.onnx import worker_loop
-from dragoman.backends.onnx.loading import load
-from dragoman.backends.onnx.protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
+from dragoman.backends.onnx.worker import loop as worker_loop
+from dragoman.backends.onnx.worker.loading import load
+from dragoman.backends.onnx.worker_protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
 from dragoman.backends.text.segments import Segment
 
 
@@ -40,7 +40,7 @@ class Running:
     def __init__(self, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         import onnxruntime_genai as og
 
-        from dragoman.backends.onnx.preparation import Preparation
+        from dragoman.backends.onnx.worker.request_preparation import Preparation
 
         self.passes: list[int] = []
         self.capacities: list[int] = []

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.onnx import heap
-from dragoman.backends.onnx.loading import load
-from dragoman.backends.onnx.protocol import Done, Ping, Pong, Shutdown, Start, WorkerConfig, decode_report, read_frame
+from dragoman.backends.onnx.worker import heap_trim as heap
+from dragoman.backends.onnx.worker.loading import load
+from dragoman.backends.onnx.worker_protocol import Done, Ping, Pong, Shutdown, Start, WorkerConfig, decode_report, read_frame
 from dragoman.backends.text.segments import Segment
 
 TRIM_AFTER = 1.5  # long enough that the test's late command surely lands inside it
@@ -28,8 +28,8 @@ class Running:
     def __init__(self, model_dir: Path, trims: list[float]) -> None:
         import onnxruntime_genai as og
 
-        from dragoman.backends.onnx.preparation import Preparation
-        from dragoman.backends.onnx.worker_loop import Worker
+        from dragoman.backends.onnx.worker.request_preparation import Preparation
+        from dragoman.backends.onnx.worker.loop import Worker
 
         model, engine, _, _ = load(WorkerConfig(model_path=str(model_dir), providers=["cpu"]))
         assert engine is not None, "the batch engine runs the default model on CPU"

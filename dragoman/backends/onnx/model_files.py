@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dragoman.adapters.errors import BackendError
-from dragoman.backends.onnx.model_info import ModelFacts, read_model_facts
+from dragoman.backends.onnx.model_facts import ModelFacts, read_model_facts
 from dragoman.backends.onnx.prepare import PrepareError, catalogue, default_model_path, is_prepared, prepare_in_subprocess
 from dragoman.backends.onnx.prepare.background import prepare_in_background, pull_progress, pull_source
 from dragoman.backends.onnx.prepare.build import GGUF_SHA256

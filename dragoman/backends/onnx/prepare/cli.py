@@ -32,7 +32,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-path", action="store_true", help=argparse.SUPPRESS)
 
 
-EMBEDDING_MODELS = ("all-minilm", "smollm2-hidden")  # built by dragoman/backends/onnx/embedding_prepare.py
+EMBEDDING_MODELS = ("all-minilm", "smollm2-hidden")  # built by dragoman/backends/onnx/embeddings/build.py
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -63,7 +63,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def _prepare_embedding(args: argparse.Namespace) -> int:
-    from dragoman.backends.onnx.embedding_prepare import prepare as prepare_embedding
+    from dragoman.backends.onnx.embeddings.build import prepare as prepare_embedding
 
     try:
         print(prepare_embedding(args.source, args.provider))

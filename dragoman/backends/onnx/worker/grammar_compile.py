@@ -11,7 +11,7 @@ priority under an address-space limit (POSIX) and is killed at a deadline. Only 
 grammar that compiled here within both bounds is compiled again in the worker, where
 the same library takes the same time and memory for it.
 
-Helper: ``python -m dragoman.backends.onnx.grammar_check TOKENIZER_JSON EOS_IDS MEMORY_BYTES``;
+Helper: ``python -m dragoman.backends.onnx.worker.grammar_compile TOKENIZER_JSON EOS_IDS MEMORY_BYTES``;
 requests and replies are length-prefixed UTF-8 frames (grammar in, error text out, empty
 when it compiled).
 """
@@ -97,7 +97,7 @@ class GrammarCheck:
             return self._process
         self._discard()
         self._replies = queue.Queue()
-        argv = [sys.executable, "-m", "dragoman.backends.onnx.grammar_check", str(self.tokenizer_json), ",".join(map(str, self.eos_ids)), str(self.memory)]
+        argv = [sys.executable, "-m", "dragoman.backends.onnx.worker.grammar_compile", str(self.tokenizer_json), ",".join(map(str, self.eos_ids)), str(self.memory)]
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **_low_priority())
         threading.Thread(target=_read_replies, args=(process.stdout, self._replies), daemon=True).start()
         ready = self._replies.get(timeout=60)

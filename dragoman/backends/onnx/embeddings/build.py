@@ -206,8 +206,8 @@ def _verify(folder: Path, reference: object) -> float:
     """The largest difference between the server's runner on the export and PyTorch."""
     import numpy as np
 
-    from dragoman.backends.onnx.embedding_files import read_facts
-    from dragoman.backends.onnx.embedding_runner import EmbeddingRunner
+    from dragoman.backends.onnx.embeddings.model_facts import read_facts
+    from dragoman.backends.onnx.embeddings.runner import EmbeddingRunner
 
     runner = EmbeddingRunner(folder, read_facts(folder, "auto", None))
     rows = runner.tokenize(list(VERIFY_SENTENCES), limit=runner.limit(None), truncate=True, max_tokens=None)
@@ -277,11 +277,11 @@ def prepare(model: str, provider: BuildProvider = "cpu", home: Path | None = Non
 
 async def prepare_in_subprocess(model: str, target: Path) -> Path:
     """Build from a running server without blocking its event loop; progress is logged."""
-    return await build_in_subprocess(["dragoman.backends.onnx.embedding_prepare", model], target, f"the embedding model {model}")
+    return await build_in_subprocess(["dragoman.backends.onnx.embeddings.build", model], target, f"the embedding model {model}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dragoman.backends.onnx.embedding_prepare [all-minilm|smollm2-hidden] [cpu|cuda|dml]``"""
+    """``python -m dragoman.backends.onnx.embeddings.build [all-minilm|smollm2-hidden] [cpu|cuda|dml]``"""
     args = sys.argv[1:] if argv is None else argv
     model = args[0] if args else "all-minilm"
     provider = args[1] if len(args) > 1 else "cpu"

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dragoman.backends.onnx.protocol import Processing
-from dragoman.backends.onnx.sampling import DEFAULT_PENALTY_WINDOW
+from dragoman.backends.onnx.worker_protocol import Processing
+from dragoman.backends.onnx.sampling_plan import DEFAULT_PENALTY_WINDOW
 
 NEG_INF = np.float32(-np.inf)
 TFS_CANDIDATES = (1024, 8192)  # heads tail-free sampling sorts before the whole vocabulary

@@ -22,6 +22,8 @@ MAX_FRAME = 64 * 1024 * 1024
 RUN_AHEAD = 32
 
 
+SpinChoice = bool | Literal["auto"]  # the ``spin`` setting: always, never, or while the cores are quiet
+
 class FrameTooLarge(ValueError):
     """A message that would not fit one frame; refused before it is sent."""
 
@@ -33,7 +35,7 @@ class WorkerConfig(msgspec.Struct, frozen=True):
     providers: list[str]  # candidates, tried in order
     provider_options: dict[str, str] = {}
     threads: int | None = None
-    spin: bool | Literal["auto"] = "auto"  # the batch engine's intra-op threads spin within a pass (auto: when the cores are quiet)
+    spin: SpinChoice = "auto"  # the batch engine's intra-op threads spin within a pass (auto: when the cores are quiet)
     grammar_timeout: float = 5.0  # seconds one grammar may take to compile
     grammar_memory: int = 512 * 1024 * 1024  # bytes it may take (POSIX: enforced)
     # How generations run: "batch" (the batch engine, CPU), "generator" (the library's
