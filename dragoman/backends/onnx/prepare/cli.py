@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from dragoman.backends.onnx.prepare.architectures import PRECISIONS
-from dragoman.backends.onnx.prepare.support import PrepareError, Progress, human_bytes, models_dir
+from dragoman.backends.onnx.prepare.support import PrepareError, Progress, human_bytes
+from dragoman.config.paths import models_dir
 
 SOURCE_HELP = (
     "a GGUF file, a Hugging Face model folder, ollama:NAME[:TAG] (from the local Ollama store: "
