@@ -152,7 +152,7 @@ class LogitsProcessor:
             else None
         )  # fmt: skip
 
-    def process(self, logits: np.ndarray, sequence: Sequence[int]) -> tuple[np.ndarray, int | None]:
+    def process(self, logits: np.ndarray, sequence: Sequence[int] | np.ndarray) -> tuple[np.ndarray, int | None]:
         p = self.p
         if p.repeat_penalty or p.presence_penalty or p.frequency_penalty:
             window = p.repeat_last_n or DEFAULT_PENALTY_WINDOW

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -113,7 +113,7 @@ class Preparation:
             self._checker.check(grammar)
             guide = Guide(self._tokenizer(), grammar)
         except GrammarRejected as exc:
-            kind = "too_complex" if exc.too_complex else "invalid"
+            kind: Literal["too_complex", "invalid"] = "too_complex" if exc.too_complex else "invalid"
             prefix = "" if exc.too_complex else "invalid constraint: "
             return NotPrepared(start, Refused(rid, kind, f"{prefix}{exc}", prompt_tokens=n, context_length=context))
         except ValueError as exc:  # a schema llguidance cannot even read
