@@ -149,7 +149,7 @@ def render(out: dict[str, Any]) -> str:
         "(`providers.py`; the pool's spinning threads took the cores the gateway needs to forward each token: "
         "single-stream decode over HTTP against the raw loop went from 0.93× to 1.08× in an A/B run on a busy "
         "machine and from 1.05× to 1.07× on a quieter one; TTFT and aggregate unchanged); tail-free sampling sorts only a head of the vocabulary unless the unseen tail could "
-        "move its cut, and mirostat 2 sorts only the tokens under its surprise ceiling (`processors.py`; both exact, "
+        "move its cut, and mirostat 2 sorts only the tokens under its surprise ceiling (`worker/logits_processors.py`; both exact, "
         "on real logits about 3.0 → 0.7 ms and 3.6 → 0.3 ms a token). Mirostat 1 still sorts its top k, which "
         "grows as mu drifts up.",
         "",
