@@ -20,9 +20,9 @@ MAX_FRAME = 64 * 1024 * 1024
 # Tokens a generation may run ahead of what its consumer has taken (see Credit): a
 # slow or stalled reader pauses its generation instead of filling pipes and queues.
 RUN_AHEAD = 32
+# The ``spin`` setting (WorkerConfig.spin): always, never, or while the cores are quiet.
+SpinChoice = bool | Literal["auto"]
 
-
-SpinChoice = bool | Literal["auto"]  # the ``spin`` setting: always, never, or while the cores are quiet
 
 class FrameTooLarge(ValueError):
     """A message that would not fit one frame; refused before it is sent."""
