@@ -1,7 +1,7 @@
 """Which batching wins on CPU with onnxruntime-genai 0.18 (issue #14): the library's
 batched Generator (``batch_size`` > 1, static: every row starts together, none joins
 later) against running the exported decoder's session directly (what the worker's batch
-engine does, ``dragoman/backends/onnx/decoder.py``), side by side in one run, alternating.
+engine does, ``dragoman/backends/onnx/worker/decoder.py``), side by side in one run, alternating.
 
     .venv/bin/python bench/batching_research.py [--rounds 3] [--tokens 64]
 
@@ -43,7 +43,7 @@ def generator_batch(raw: RawLoop, ids: list[int], rows: int, tokens: int) -> flo
 
 
 def session_batch(decoder: object, ids: list[int], rows: int, tokens: int) -> float:
-    from dragoman.backends.onnx.decoder import Decoder
+    from dragoman.backends.onnx.worker.decoder import Decoder
 
     assert isinstance(decoder, Decoder)
     slab = decoder.new_slab(len(ids) + tokens + 1)
@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
-    from dragoman.backends.onnx.decoder import Decoder
+    from dragoman.backends.onnx.worker.decoder import Decoder
     from dragoman.backends.onnx.prepare import default_model_path
 
     model_dir = default_model_path("cpu")

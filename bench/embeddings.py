@@ -42,7 +42,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dragoman.backends.onnx.embedding_prepare import default_embedding_path, prepare_all_minilm  # noqa: E402
+from dragoman.backends.onnx.embeddings.build import default_embedding_path, prepare_all_minilm  # noqa: E402
 from tests.support.server import free_port  # noqa: E402
 
 SIZES = (1, 16, 256)

@@ -1,5 +1,5 @@
 """How far kernel rounding moves a row's logits, against what a broken layout does
-(issue 23): the figures behind the bound of ``self_check`` in dragoman/backends/onnx/decoder.py.
+(issue 23): the figures behind the bound of ``self_check`` in dragoman/backends/onnx/worker/decoder.py.
 
     DRAGOMAN_HOME=.dragoman-test-home .venv/bin/python bench/kernel_rounding.py [MODEL_DIR]
 
@@ -7,7 +7,7 @@ onnxruntime picks its MatMulNBits kernels by CPU (AVX2, AVX-512, VNNI, ARM64) an
 the number of rows a pass has, so the same row can round differently in a batch than
 alone, and in a one-token pass than in a prompt chunk. Rerun this on a new CPU: it
 prints the CPU's model and flags, then for each comparison the largest and median
-divergence (:func:`backends.onnx.decoder.divergence`: max |Δ| over the logits' spread)
+divergence (:func:`backends.onnx.worker.decoder.divergence`: max |Δ| over the logits' spread)
 and how often the argmax differs.
 
 Rounding (what the engine must accept):
@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dragoman.backends.onnx.decoder import ROUNDING_BOUND, Decoder, divergence, measure  # noqa: E402
+from dragoman.backends.onnx.worker.decoder import ROUNDING_BOUND, Decoder, divergence, measure  # noqa: E402
 
 TEXTS = [
     "Write a long story about a dragon who guards a lighthouse.",

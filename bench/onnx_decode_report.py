@@ -117,11 +117,11 @@ def render(out: dict[str, Any]) -> str:
         "### Logits processors: cost per token",
         "",
         "Options the library has no switch for run as numpy processors in the worker "
-        "(`dragoman/backends/onnx/processors.py`). Added µs/token: measured in this process on "
+        "(`dragoman/backends/onnx/worker/logits_processors.py`). Added µs/token: measured in this process on "
         f"{local['steps']} rows of real logits, the fastest of {local['passes']} passes per row, median over rows — "
         f"the library calls a processor needs (read logits and sequence, write logits: {local['library_us']:.0f} µs) "
         "plus the numpy pipeline. Neutral values switch a knob off when the request is planned "
-        "(`dragoman/backends/onnx/sampling.py`): no processor runs and the worker never reads the logits, so they add 0. "
+        "(`dragoman/backends/onnx/sampling_plan.py`): no processor runs and the worker never reads the logits, so they add 0. "
         f"Through the server (Ollama `/api/chat`, temperature 0.8, seed 7, {out['burst_tokens']} tokens, "
         f"{len(rows['plain sampling']['us_per_token'])} rounds): the worker's `eval_duration / eval_count` and the "
         "client's decode rate, a noisier end-to-end check (a token step is ~10 ms and the machine is shared).",
@@ -149,7 +149,7 @@ def render(out: dict[str, Any]) -> str:
         "(`providers.py`; the pool's spinning threads took the cores the gateway needs to forward each token: "
         "single-stream decode over HTTP against the raw loop went from 0.93× to 1.08× in an A/B run on a busy "
         "machine and from 1.05× to 1.07× on a quieter one; TTFT and aggregate unchanged); tail-free sampling sorts only a head of the vocabulary unless the unseen tail could "
-        "move its cut, and mirostat 2 sorts only the tokens under its surprise ceiling (`processors.py`; both exact, "
+        "move its cut, and mirostat 2 sorts only the tokens under its surprise ceiling (`worker/logits_processors.py`; both exact, "
         "on real logits about 3.0 → 0.7 ms and 3.6 → 0.3 ms a token). Mirostat 1 still sorts its top k, which "
         "grows as mu drifts up.",
         "",

@@ -39,7 +39,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 def planned(options: dict[str, Any]) -> Any:
     """The worker's ``Processing`` for these options, or None when no processor runs."""
     from dragoman.adapters.canonical import SamplingOptions
-    from dragoman.backends.onnx.sampling import plan_sampling, processing_active
+    from dragoman.backends.onnx.sampling_plan import plan_sampling, processing_active
 
     processing = plan_sampling(SamplingOptions(**{**SAMPLING_BASE, **options}))[1]
     return processing if processing_active(processing) else None
@@ -48,7 +48,7 @@ def planned(options: dict[str, Any]) -> Any:
 def in_process_costs(og: Any, model: Any, prompt_ids: list[int], steps: int = 64, passes: int = 5) -> dict[str, Any]:
     """µs/token each variant adds in the worker's loop: the library calls (once, the same
     for every processor) and the numpy pipeline, on ``steps`` rows of real logits."""
-    from dragoman.backends.onnx.processors import LogitsProcessor
+    from dragoman.backends.onnx.worker.logits_processors import LogitsProcessor
 
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=len(prompt_ids) + steps + 1, do_sample=True, temperature=0.8, random_seed=7)

@@ -372,7 +372,8 @@ def main() -> int:
         return 0
     import onnxruntime_genai as og
 
-    from dragoman.backends.onnx.prepare import default_model_path, dragoman_home
+    from dragoman.backends.onnx.prepare import default_model_path
+    from dragoman.config.paths import dragoman_home
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers and peers on the way out
 

@@ -14,7 +14,7 @@ greedy, prefill left out):
 4. beside another process busy on one core (a Python busy loop).
 
 Spinning threads are fastest alone and collapse beside other work (see
-dragoman/backends/onnx/core_watch.py); ``auto`` is meant to be as fast as ``true`` alone and as
+dragoman/backends/onnx/worker/core_watch.py); ``auto`` is meant to be as fast as ``true`` alone and as
 ``false`` beside work. Figures are medians over rounds; ratios are medians of per-round
 ones. ``--out FILE`` also writes them as JSON.
 """

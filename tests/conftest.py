@@ -79,7 +79,7 @@ def real_server(model_home: Path, embedding_model_dir: Path) -> Iterator[Running
 @pytest.fixture(scope="session")
 def embedding_model_dir() -> Path:
     """all-MiniLM-L6-v2 exported to ONNX (and checked against PyTorch) once into the test home."""
-    from dragoman.backends.onnx.embedding_prepare import prepare_all_minilm
+    from dragoman.backends.onnx.embeddings.build import prepare_all_minilm
 
     return prepare_all_minilm(TEST_HOME, progress=False)
 

@@ -4,7 +4,9 @@ usable without the web framework, so either can be tested and reused on its own.
 
 Read from the source with ``ast`` (every import, including the ones inside functions
 that load an optional library lazily), so a layer reaching up fails here rather than
-as an import cycle the day someone imports the two in the other order.
+as an import cycle the day someone imports the two in the other order. Inside the ONNX
+backend, the worker process's modules (onnx/worker/) and the server side meet only in
+the few modules both import (the pipe protocol among them).
 """
 
 from __future__ import annotations
@@ -179,6 +181,59 @@ def test_no_import_cycle_between_files() -> None:
 def test_the_cycle_check_follows_relative_and_lazy_imports(sources: dict[str, tuple[bool, str]], expected: list[str] | None) -> None:
     """The check itself can fail: a cycle closed by a relative, function-level import is named."""
     assert find_cycle(import_graph(sources)) == expected
+
+
+# ---- the ONNX worker's process boundary --------------------------------------------
+# onnx/worker/ is what runs inside a model's worker process; the server side (onnx/ but
+# worker/, and the rest of dragoman) talks to it only in the pipe's frames, so it imports
+# none of it, and the worker imports of the server side only what both sides share.
+
+ONNX = "dragoman.backends.onnx"
+WORKER = f"{ONNX}.worker"
+# What both processes import: the pipe's messages, the sampling plan the Start command
+# carries, the provider probe, and the tokenizer readers.
+SHARED = frozenset(f"{ONNX}.{name}" for name in ("worker_protocol", "sampling_plan", "providers", "vocab", "prompt_tokens"))
+
+
+def in_worker(module: str) -> bool:
+    return module == WORKER or module.startswith(f"{WORKER}.")
+
+
+def boundary_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Each import across the worker's process boundary: a module outside onnx/worker/
+    importing one inside, or one inside importing a server-side onnx module it does not share."""
+    crossings = []
+    for importer, imported in sorted((a, b) for a, found in graph.items() for b in found):
+        if not in_worker(importer) and in_worker(imported):
+            crossings.append(f"{importer} imports the worker's {imported}")
+        elif in_worker(importer) and imported.startswith(f"{ONNX}.") and not in_worker(imported) and imported not in SHARED:
+            crossings.append(f"{importer} imports the server side's {imported}")
+    return crossings
+
+
+def test_the_worker_and_the_server_meet_only_in_what_they_share() -> None:
+    assert boundary_crossings(import_graph(project_sources())) == []
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        ({f"{ONNX}.backend": (False, "def f():\n    from dragoman.backends.onnx.worker.sampler import Sampler\n"), f"{WORKER}.sampler": (False, "")},
+         [f"{ONNX}.backend imports the worker's {WORKER}.sampler"]),
+        ({"dragoman.proxy.cli": (False, "from dragoman.backends.onnx import worker\n"), WORKER: (True, "")},
+         [f"dragoman.proxy.cli imports the worker's {WORKER}"]),
+        ({f"{WORKER}.loop": (False, "from ..settings import OnnxSettings\n"), f"{ONNX}.settings": (False, "")},
+         [f"{WORKER}.loop imports the server side's {ONNX}.settings"]),
+        ({f"{WORKER}.loop": (False, "from dragoman.backends.onnx.worker_protocol import Start\nfrom .sampler import Sampler\n"),
+          f"{ONNX}.client": (False, "from dragoman.backends.onnx.worker_protocol import Start\n"),
+          f"{ONNX}.worker_protocol": (False, ""), f"{WORKER}.sampler": (False, "")},
+         []),
+    ],
+)
+def test_the_boundary_check_can_fail(sources: dict[str, tuple[bool, str]], expected: list[str]) -> None:
+    """The check itself can fail: a lazy server-side import of a worker module, the worker
+    package imported whole, and a relative import from the worker up into the server side are named."""
+    assert boundary_crossings(import_graph(sources)) == expected
 
 
 # ---- one installed name ------------------------------------------------------------

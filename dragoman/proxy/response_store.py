@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 import structlog
 
-from dragoman.backends.onnx.prepare import dragoman_home
+from dragoman.config.paths import dragoman_home
 from dragoman.config.schema import ResponseStoreConfig
 
 log = structlog.get_logger("dragoman.responses")

@@ -27,9 +27,9 @@ from dragoman.adapters.canonical import (
 from dragoman.adapters.errors import BackendError, ContextTooLong, Overloaded, RequestError
 from dragoman.backends.base import Backend
 from dragoman.backends.onnx import OnnxBackend
-from dragoman.backends.onnx.prompts import stops as _stops
+from dragoman.backends.onnx.request_plan import stops as _stops
 from dragoman.backends.onnx.prepare import prepare_in_subprocess
-from dragoman.backends.onnx.protocol import RUN_AHEAD
+from dragoman.backends.onnx.worker_protocol import RUN_AHEAD
 from dragoman.backends.text.output_parsers import CALL_CLOSE
 from dragoman.config.schema import ModelConfig, ModelRoute
 from tests.onnx.conftest import MODEL_NAME, ask, collect

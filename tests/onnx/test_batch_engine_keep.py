@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dragoman.backends.onnx.batch import BatchEngine
-from dragoman.backends.onnx.decoder import Decoder
-from dragoman.backends.onnx.prefix_cache import PrefixCache
-from dragoman.backends.onnx.protocol import Done, Start, Tokens
-from dragoman.backends.onnx.sampler import Sampler
-from dragoman.backends.onnx.sequence import Sequence
+from dragoman.backends.onnx.worker.batch_engine import BatchEngine
+from dragoman.backends.onnx.worker.decoder import Decoder
+from dragoman.backends.onnx.worker.prefix_cache import PrefixCache
+from dragoman.backends.onnx.worker_protocol import Done, Start, Tokens
+from dragoman.backends.onnx.worker.sampler import Sampler
+from dragoman.backends.onnx.worker.sequence import Sequence
 
 PROMPT = np.arange(1000, 1090, dtype=np.int32)  # 90 ordinary tokens: a prefill of two chunks
 

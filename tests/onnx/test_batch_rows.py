@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dragoman.backends.onnx.batch import MAX_CHUNK, PARK_AFTER, BatchEngine
-from dragoman.backends.onnx.decoder import Decoder
-from dragoman.backends.onnx.prefix_cache import PrefixCache
+from dragoman.backends.onnx.worker.batch_engine import MAX_CHUNK, PARK_AFTER, BatchEngine
+from dragoman.backends.onnx.worker.decoder import Decoder
+from dragoman.backends.onnx.worker.prefix_cache import PrefixCache
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
-from dragoman.backends.onnx.protocol import RUN_AHEAD, Done, Start, Tokens
-from dragoman.backends.onnx.sampler import Sampler
-from dragoman.backends.onnx.sequence import Sequence
+from dragoman.backends.onnx.worker_protocol import RUN_AHEAD, Done, Start, Tokens
+from dragoman.backends.onnx.worker.sampler import Sampler
+from dragoman.backends.onnx.worker.sequence import Sequence
 from dragoman.backends.text.segments import Segment
 from tests.support.greedy import Step, agreed
 

@@ -1,5 +1,5 @@
 """The watch that tells the batch engine whether its threads may spin: whether the other
-processes have left the cores alone lately (dragoman/backends/onnx/core_watch.py)."""
+processes have left the cores alone lately (dragoman/backends/onnx/worker/core_watch.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from dragoman.backends.onnx import core_watch
-from dragoman.backends.onnx.core_watch import BUSY_CORES, PERIOD, QUIET_READINGS, CoreWatch, CpuReading, others_cores, quiet_streak
+from dragoman.backends.onnx.worker import core_watch
+from dragoman.backends.onnx.worker.core_watch import BUSY_CORES, PERIOD, QUIET_READINGS, CoreWatch, CpuReading, others_cores, quiet_streak
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
 

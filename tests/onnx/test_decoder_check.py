@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dragoman.backends.onnx.decoder import ROUNDING_BOUND, Decoder, Unsupported, divergence, self_check
+from dragoman.backends.onnx.worker.decoder import ROUNDING_BOUND, Decoder, Unsupported, divergence, self_check
 
 MEASURED_ROUNDING = 0.027  # the largest divergence bench/kernel_rounding.py measured (AVX2)
 

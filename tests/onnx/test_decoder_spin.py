@@ -12,8 +12,8 @@ import pytest
 
 from dragoman.adapters.canonical import ContentDelta
 from dragoman.backends.onnx import OnnxBackend
-from dragoman.backends.onnx import decoder as decoder_module
-from dragoman.backends.onnx.decoder import Decoder
+from dragoman.backends.onnx.worker import decoder as decoder_module
+from dragoman.backends.onnx.worker.decoder import Decoder
 from dragoman.backends.onnx.settings import OnnxSettings
 from tests.onnx.conftest import MODEL_NAME, ask, collect
 

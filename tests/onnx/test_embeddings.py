@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dragoman.backends.onnx.embedding_batches import BatchQueue
-from dragoman.backends.onnx.embedding_files import graph_outputs, has_hidden_states, read_facts
-from dragoman.backends.onnx.embedding_prepare import MARKER, TOLERANCE, find_minilm, prepare_all_minilm
-from dragoman.backends.onnx.embedding_runner import EmbeddingRunner, pool, session_providers
+from dragoman.backends.onnx.embeddings.batches import BatchQueue
+from dragoman.backends.onnx.embeddings.model_facts import graph_outputs, has_hidden_states, read_facts
+from dragoman.backends.onnx.embeddings.build import MARKER, TOLERANCE, find_minilm, prepare_all_minilm
+from dragoman.backends.onnx.embeddings.runner import EmbeddingRunner, pool, session_providers
 
 SENTENCES = [
     "Hello!",

@@ -14,7 +14,7 @@ import pytest_asyncio
 from dragoman.adapters.canonical import CompletionRequest, Finish, SamplingOptions
 from dragoman.backends.onnx import OnnxBackend
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
-from dragoman.backends.onnx.prompts import completion_start
+from dragoman.backends.onnx.request_plan import completion_start
 from dragoman.backends.text.fim import find_fim
 from dragoman.backends.text.segments import Segment
 from dragoman.config.schema import ModelConfig, ModelRoute

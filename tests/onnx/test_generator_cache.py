@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dragoman.backends.onnx.generator_cache import capacity_for, open_cache, why_not_continued
+from dragoman.backends.onnx.worker.generator_cache import capacity_for, open_cache, why_not_continued
 
 
 def test_reuse_is_off_where_the_library_cannot_continue_a_generator(model_dir: Path, tmp_path: Path) -> None:

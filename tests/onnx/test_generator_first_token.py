@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.onnx import worker_loop
+from dragoman.backends.onnx.worker import loop as worker_loop
 from tests.support.worker_in_process import InProcessWorker
 
 

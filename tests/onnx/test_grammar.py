@@ -8,7 +8,7 @@ import pytest
 
 from dragoman.adapters.canonical import ChatRequest, Message, ResponseFormat, TextPart, Tool, ToolChoice
 from dragoman.adapters.errors import RequestError
-from dragoman.backends.onnx.grammar import guidance_for, response_schema, tool_call_grammar
+from dragoman.backends.onnx.constraint_plan import guidance_for, response_schema, tool_call_grammar
 
 WEATHER = Tool(
     name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

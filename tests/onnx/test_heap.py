@@ -1,4 +1,4 @@
-"""When the worker loop hands the heap back (:class:`backends.onnx.heap.IdleTrim`): once,
+"""When the worker loop hands the heap back (:class:`backends.onnx.worker.heap_trim.IdleTrim`): once,
 a second after the last round that computed, whatever arrives meanwhile that computes
 nothing; not while a request is being prepared or runs.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from dragoman.backends.onnx.heap import IdleTrim
+from dragoman.backends.onnx.worker.heap_trim import IdleTrim
 
 Step = tuple[bool, list[str], float, bool]
 COMPUTE: Step = (True, [], 0.0, True)  # something to compute: the loop does not wait

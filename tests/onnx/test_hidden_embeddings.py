@@ -13,8 +13,8 @@ import numpy as np
 import ollama
 import pytest
 
-from dragoman.backends.onnx.embedding_files import has_hidden_states
-from dragoman.backends.onnx.embedding_prepare import prepare_smollm2_hidden
+from dragoman.backends.onnx.embeddings.model_facts import has_hidden_states
+from dragoman.backends.onnx.embeddings.build import prepare_smollm2_hidden
 from tests.support.server import RunningServer, config_from_yaml, serve
 
 TEXTS = ["Hi", "The cat sat on the mat.", "A much longer sentence, here so that the others in the batch are padded."]
@@ -53,7 +53,7 @@ def test_one_entry_chats_and_embeds(server: RunningServer, hidden_dir: Path) -> 
 
 # Max |Δ| between two unit vectors that kernel rounding allows. A one-token text alone
 # is a one-row pass, which MatMulNBits rounds otherwise than a pass of several rows on
-# AVX2 (see dragoman/backends/onnx/decoder.py); measured with these texts and "Paris", "def
+# AVX2 (see dragoman/backends/onnx/worker/decoder.py); measured with these texts and "Paris", "def
 # f(x): return x * 2" and a 16-token one (onnxruntime directly, AVX2): texts of several
 # tokens agree bit for bit, "Hi" and "Paris" by 8.7e-3 and 1.7e-3; pooling another
 # token (the one before the last, the first padding, another text's last) moves the

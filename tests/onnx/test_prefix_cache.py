@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dragoman.backends.onnx.kv_slab import KvSlab
-from dragoman.backends.onnx.prefix_cache import PrefixCache, shared_prefix
-from dragoman.backends.onnx.protocol import Search
-from dragoman.backends.onnx.sampler import Sampler
+from dragoman.backends.onnx.worker.kv_slab import KvSlab
+from dragoman.backends.onnx.worker.prefix_cache import PrefixCache, shared_prefix
+from dragoman.backends.onnx.worker_protocol import Search
+from dragoman.backends.onnx.worker.sampler import Sampler
 
 
 def ids(*values: int) -> np.ndarray:

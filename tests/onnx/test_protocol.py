@@ -8,7 +8,7 @@ import pytest
 
 from dragoman.adapters.canonical import TokenLogprob, TopLogprob
 from dragoman.backends.text.segments import Segment
-from dragoman.backends.onnx.protocol import (
+from dragoman.backends.onnx.worker_protocol import (
     HEADER,
     MAX_FRAME,
     Cancel,

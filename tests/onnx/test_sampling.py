@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from dragoman.adapters.canonical import SamplingOptions
-from dragoman.backends.onnx.processors import LogitsProcessor, Mirostat, apply_penalties, log_softmax, min_p_mask, tail_free_mask
-from dragoman.backends.onnx.protocol import Processing, Search
-from dragoman.backends.onnx.sampling import max_new_tokens, plan_sampling, processing_active
+from dragoman.backends.onnx.worker.logits_processors import LogitsProcessor, Mirostat, apply_penalties, log_softmax, min_p_mask, tail_free_mask
+from dragoman.backends.onnx.worker_protocol import Processing, Search
+from dragoman.backends.onnx.sampling_plan import max_new_tokens, plan_sampling, processing_active
 
 PLANS = [
     ("nothing set is greedy", SamplingOptions(), Search(do_sample=False), Processing()),
@@ -181,7 +181,7 @@ def test_mirostat2_sorting_only_the_kept_tokens_is_exact(name: str, row: np.ndar
     [(None, None), (-1, None), (0, 0), (42, 42), (2**31 - 1, 2**31 - 1), (2**31, 0), (2**63 - 1, 2**31 - 1)],
 )
 def test_seeds_fold_into_the_library_range(seed: int | None, want: int | None) -> None:
-    from dragoman.backends.onnx.sampling import library_seed
+    from dragoman.backends.onnx.sampling_plan import library_seed
 
     assert library_seed(seed) == want
 

@@ -13,7 +13,7 @@ import pytest
 
 from dragoman.adapters.canonical import ContentDelta, ErrorEvent, Finish, ResponseFormat, RoleStart
 from dragoman.adapters.errors import Overloaded, RequestError
-from dragoman.backends.onnx import OnnxBackend, protocol
+from dragoman.backends.onnx import OnnxBackend, worker_protocol as protocol
 from tests.onnx.conftest import MODEL_NAME, ask, collect
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

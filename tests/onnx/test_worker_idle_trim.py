@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dragoman.backends.onnx import heap
-from dragoman.backends.onnx.protocol import Ping, Pong
+from dragoman.backends.onnx.worker import heap_trim as heap
+from dragoman.backends.onnx.worker_protocol import Ping, Pong
 from tests.support.worker_in_process import InProcessWorker
 
 TRIM_AFTER = 1.5  # long enough that the test's late command surely lands inside it

@@ -1,7 +1,7 @@
 """Greedy answers compared as far as they agree on every CPU (issue 23).
 
 A row decoded in a batch gets its logits alone up to kernel rounding, not bit for bit
-(dragoman/backends/onnx/decoder.py): on AVX2, MatMulNBits rounds a one-row pass and a pass of
+(dragoman/backends/onnx/worker/decoder.py): on AVX2, MatMulNBits rounds a one-row pass and a pass of
 several differently. bench/kernel_rounding.py measured the test model's logits moved by
 at most 1.3 (0.027 of their spread). Two greedy runs can therefore part only at a step
 where the reference's best two candidates are within twice that of each other, and

@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from dragoman.backends.onnx.loading import load
-from dragoman.backends.onnx.protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
+from dragoman.backends.onnx.worker.loading import load
+from dragoman.backends.onnx.worker_protocol import Done, Shutdown, Start, Tokens, WorkerConfig, decode_report, read_frame
 from dragoman.backends.text.segments import Segment
 
 GENERATOR_CONTEXT = 2048  # the Generator path's preparation bound (the batch engine has its slab's)
@@ -24,8 +24,8 @@ class InProcessWorker:
     def __init__(self, model_dir: Path, engine: Literal["auto", "batch", "generator"] = "auto") -> None:
         import onnxruntime_genai as og
 
-        from dragoman.backends.onnx.preparation import Preparation
-        from dragoman.backends.onnx.worker_loop import Worker
+        from dragoman.backends.onnx.worker.request_preparation import Preparation
+        from dragoman.backends.onnx.worker.loop import Worker
 
         config = WorkerConfig(model_path=str(model_dir), providers=["cpu"], engine=engine)
         model, self.engine, *_ = load(config)

@@ -32,6 +32,7 @@ from dragoman.backends.ctransformers.formats import (
     is_byte_level_vocab,
 )
 from dragoman.backends.gguf_file import Field, GgufFile, TensorData, TensorInfo, ValueType, read_gguf, write_gguf
+from dragoman.config.paths import models_dir
 
 SMOLLM2_FILE = "smollm2-135m-instruct-q4_1-ctransformers.gguf"
 _NORMAL = 1
@@ -128,9 +129,7 @@ def legacy_merge(merge: str) -> str:
 
 
 def smollm2_model_path(home: Path | None = None) -> Path:
-    from dragoman.backends.onnx.prepare import dragoman_home
-
-    return (home or dragoman_home()) / "models" / SMOLLM2_FILE
+    return models_dir(home) / SMOLLM2_FILE
 
 
 def prepare_smollm2(home: Path | None = None, *, force: bool = False) -> Path:

@@ -2,7 +2,7 @@
 
 ``onnxruntime_genai`` is imported only in the worker, the model builder and the
 provider probe, never at package import time. ``OnnxBackend`` itself is resolved on
-first access, so ``python -m dragoman.backends.onnx.prepare`` and ``-m dragoman.backends.onnx.worker``
+first access, so ``python -m dragoman.backends.onnx.prepare`` and ``-m dragoman.backends.onnx.worker.process``
 start without importing the server side.
 """
 

@@ -1,8 +1,8 @@
 """``OnnxBackend``: a local model served by ONNX Runtime GenAI in a worker process.
 
-The server's event loop never runs inference: the worker (:mod:`backends.onnx.worker`)
+The server's event loop never runs inference: the worker (:mod:`backends.onnx.worker.process`)
 does, interleaving every active request a token at a time. This side plans the request
-(:mod:`backends.onnx.prompts`), bounds the queue, turns worker reports into canonical
+(:mod:`backends.onnx.request_plan`), bounds the queue, turns worker reports into canonical
 events, credits the worker with what its consumer has taken, and unloads the model as
 :mod:`backends.residency` says. Starting, stopping and cancelling on the worker:
 :mod:`backends.onnx.worker_slot`.
@@ -38,17 +38,15 @@ from dragoman.adapters.errors import BackendError, ContextTooLong, RequestError,
 from dragoman.backends.admission import Admission
 from dragoman.backends.base import Capabilities, Engine, LoadedModel, ModelDetails
 from dragoman.backends.onnx.client import WorkerGone
-from dragoman.backends.onnx.embedding_files import has_hidden_states, read_facts
-from dragoman.backends.onnx.embedding_service import OnnxEmbedder
+from dragoman.backends.onnx.embeddings.model_facts import has_hidden_states, read_facts
+from dragoman.backends.onnx.embeddings.service import OnnxEmbedder
 from dragoman.backends.onnx.model_files import ModelFiles
 from dragoman.backends.text.output_parsers import LogprobsPairing, OutputParser
 from dragoman.backends.onnx.prepare import is_prepared, missing_build_tools
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
 from dragoman.backends.onnx.memory import context_ids, with_memory
-from dragoman.backends.onnx.prompts import chat_prompt, chat_start, completion_start
-from dragoman.backends.onnx.protocol import (
-    RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Progress, Refused, Report, Start, Started, Tokens,
-)  # fmt: skip
+from dragoman.backends.onnx.request_plan import chat_prompt, chat_start, completion_start
+from dragoman.backends.onnx.worker_protocol import RUN_AHEAD, Credit, Done, Failed, FrameTooLarge, Progress, Refused, Report, Start, Started, Tokens
 from dragoman.backends.onnx.providers import flavour_problem
 from dragoman.backends.onnx.settings import OnnxSettings
 from dragoman.backends.onnx.worker_slot import WorkerSlot, engine_text
@@ -78,7 +76,7 @@ class OnnxBackend:
     def for_route(cls, route: Any) -> Any:
         """The backend for one entry: ``task: embed`` entries get the embedding one."""
         if route.settings.task == "embed":
-            from dragoman.backends.onnx.embedding_backend import OnnxEmbeddingBackend
+            from dragoman.backends.onnx.embeddings.backend import OnnxEmbeddingBackend
 
             return OnnxEmbeddingBackend(route)
         return cls(route)
@@ -110,7 +108,7 @@ class OnnxBackend:
         return read_facts(folder, "last", None).dimensions if has_hidden_states(folder) else None
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
-        """Last-token pooled final hidden states (see dragoman/backends/onnx/embedding_files.py),
+        """Last-token pooled final hidden states (see dragoman/backends/onnx/embeddings/model_facts.py),
         from an ONNX Runtime session over the same graph, beside the chat worker."""
         folder = self.files.folder()
         if not has_hidden_states(folder):

@@ -27,7 +27,7 @@ from pathlib import Path
 import msgspec
 
 from dragoman.adapters.errors import BackendError
-from dragoman.backends.onnx.protocol import (
+from dragoman.backends.onnx.worker_protocol import (
     HEADER,
     Command,
     LoadFailed,
@@ -87,7 +87,7 @@ class WorkerClient:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dragoman.backends.onnx.worker", msgspec.json.encode(self.config).decode(),
+            sys.executable, "-m", "dragoman.backends.onnx.worker.process", msgspec.json.encode(self.config).decode(),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=env, cwd=str(PROJECT_ROOT),
         )  # fmt: skip
@@ -127,7 +127,7 @@ class WorkerClient:
     def send(self, command: Command) -> None:
         """Queue a command for the worker. Synchronous, so it works in ``finally``
         blocks of cancelled generators; the pipe's buffer absorbs the small frames.
-        Raises :class:`~backends.onnx.protocol.FrameTooLarge` before writing anything
+        Raises :class:`~backends.onnx.worker_protocol.FrameTooLarge` before writing anything
         when the command cannot be one frame: that request is refused, the worker
         never sees a broken frame."""
         frame = encode_frame(command)

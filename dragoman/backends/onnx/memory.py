@@ -12,7 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
-from dragoman.backends.onnx.protocol import Start
+from dragoman.backends.onnx.worker_protocol import Start
 from dragoman.backends.text.memory import check_context
 from dragoman.backends.text.segments import Segment
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from dragoman.adapters.errors import BackendError
-from dragoman.backends.onnx.model_info import ModelFacts, read_model_facts
+from dragoman.backends.onnx.model_facts import ModelFacts, read_model_facts
 from dragoman.backends.onnx.prepare import PrepareError, catalogue, default_model_path, is_prepared, prepare_in_subprocess
 from dragoman.backends.onnx.prepare import registry
 from dragoman.backends.onnx.prepare.background import prepare_in_background, pull_progress, pull_source, registry_name
 from dragoman.backends.onnx.prepare.build import GGUF_SHA256
-from dragoman.backends.onnx.prepare.support import models_dir
 from dragoman.backends.onnx.providers import Provider, candidate_providers, installed_flavours
 from dragoman.backends.onnx.settings import OnnxSettings
 from dragoman.backends.onnx.vocab import TokenizerFacts, read_tokenizer_facts
 from dragoman.backends.pull import ProgressCallback
 from dragoman.backends.text.chat_template import load_chat_template, special_tokens
+from dragoman.config.paths import models_dir
 
 
 class ModelFiles:

@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from dragoman.backends.text.output_parsers import ReasoningParser, ToolParser
-from dragoman.backends.onnx.core_watch import SpinChoice
-from dragoman.backends.onnx.embedding_files import PoolingChoice
+from dragoman.backends.onnx.worker_protocol import SpinChoice
+from dragoman.backends.onnx.embeddings.model_facts import PoolingChoice
 from dragoman.backends.onnx.providers import ProviderChoice
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -32,7 +32,7 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # The batch engine's intra-op threads spin between the ops of a pass (and stop when
     # it returns): faster on idle cores, much slower on cores other work is using.
     # "auto": spin while other processes leave the cores alone (Linux, models up to
-    # 512 MiB of weights; a second session of the model, see dragoman/backends/onnx/core_watch.py).
+    # 512 MiB of weights; a second session of the model, see dragoman/backends/onnx/worker/core_watch.py).
     spin: SpinChoice = "auto"
     template: str | None = None  # a Jinja chat template overriding the model's
     tool_parser: ToolParser = "hermes"
@@ -42,7 +42,7 @@ class OnnxSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     prepare: bool = True
     parameter_size: str | None = None
     quantization_level: str | None = None
-    # How generations run (dragoman/backends/onnx/batch.py): "auto" batches concurrent requests
+    # How generations run (dragoman/backends/onnx/worker/batch_engine.py): "auto" batches concurrent requests
     # in one forward pass on CPU (the library's Generator elsewhere, and for models the
     # batch engine cannot run); "generator" always uses the library's Generator.
     engine: Literal["auto", "batch", "generator"] = "auto"

@@ -21,7 +21,7 @@ import structlog
 from dragoman.backends.base import Engine
 from dragoman.backends.onnx.client import WorkerClient, WorkerGone
 from dragoman.backends.onnx.model_files import ModelFiles
-from dragoman.backends.onnx.protocol import Cancel, Done, Failed, Ready, Report, Started, Tokens, WorkerConfig
+from dragoman.backends.onnx.worker_protocol import Cancel, Done, Failed, Ready, Report, Started, Tokens, WorkerConfig
 from dragoman.backends.onnx.settings import CancelRecord, OnnxSettings
 from dragoman.backends.pull import ProgressCallback
 

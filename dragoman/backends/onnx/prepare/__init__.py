@@ -27,9 +27,9 @@ from dragoman.backends.onnx.prepare.build import (
     GGUF_SHA256, default_model_path, find_gguf, missing_build_tools, prepare, prepare_smollm2,
 )  # fmt: skip
 from dragoman.backends.onnx.prepare.catalogue import MARKER, is_prepared
-from dragoman.backends.onnx.prepare.support import PrepareError, dragoman_home
+from dragoman.backends.onnx.prepare.support import PrepareError
 
 __all__ = [
-    "GGUF_SHA256", "MARKER", "BuildProvider", "PrepareError", "default_model_path", "dragoman_home", "find_gguf", "is_prepared",
+    "GGUF_SHA256", "MARKER", "BuildProvider", "PrepareError", "default_model_path", "find_gguf", "is_prepared",
     "missing_build_tools", "prepare", "prepare_in_subprocess", "prepare_smollm2",
 ]  # fmt: skip

@@ -24,7 +24,8 @@ import msgspec
 
 from dragoman.backends.onnx.prepare import build_queue
 from dragoman.backends.onnx.prepare.catalogue import Build, is_prepared, read_record
-from dragoman.backends.onnx.prepare.support import PrepareError, dragoman_home
+from dragoman.backends.onnx.prepare.support import PrepareError
+from dragoman.config.paths import dragoman_home
 
 log = logging.getLogger("dragoman.onnx.prepare")
 ROOT = str(Path(__file__).resolve().parents[4])

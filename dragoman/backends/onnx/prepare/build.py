@@ -34,10 +34,11 @@ from dragoman.backends.onnx.prepare.catalogue import Build, BuildRecord, SourceI
 from dragoman.backends.onnx.prepare.pinned_gguf import GGUF_SHA256, find_gguf
 from dragoman.backends.onnx.prepare.sources import Source, resolve, sha256_text, slug
 from dragoman.backends.onnx.prepare.support import (
-    GiB, MiB, PrepareError, Progress, check_resources, dragoman_home, human_bytes, install_dir, models_dir,
+    GiB, MiB, PrepareError, Progress, check_resources, human_bytes, install_dir,
     temporary_dir,
 )  # fmt: skip
 from dragoman.backends.onnx.prepare.worker_process import WorkerSpec, run_worker
+from dragoman.config.paths import dragoman_home, models_dir
 
 MODEL_STEM = "smollm2-135m-instruct-int4"
 INSTALL_HINT = "pip install 'dragoman[prepare]'"

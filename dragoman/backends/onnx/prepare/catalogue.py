@@ -14,7 +14,8 @@ from typing import Any
 
 import msgspec
 
-from dragoman.backends.onnx.prepare.support import models_dir, sha256_file, write_atomically
+from dragoman.backends.onnx.prepare.support import sha256_file, write_atomically
+from dragoman.config.paths import models_dir
 
 MARKER = "dragoman-model.json"
 

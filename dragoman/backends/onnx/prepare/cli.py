@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from dragoman.backends.onnx.prepare.architectures import PRECISIONS
-from dragoman.backends.onnx.prepare.support import PrepareError, Progress, human_bytes, models_dir
+from dragoman.backends.onnx.prepare.support import PrepareError, Progress, human_bytes
+from dragoman.config.paths import models_dir
 
 SOURCE_HELP = (
     "a GGUF file, a Hugging Face model folder, ollama:NAME[:TAG] (from the local Ollama store: "
@@ -66,7 +67,7 @@ def run_pull(args: argparse.Namespace) -> int:
     return run_prepare(args)
 
 
-EMBEDDING_MODELS = ("all-minilm", "smollm2-hidden")  # built by dragoman/backends/onnx/embedding_prepare.py
+EMBEDDING_MODELS = ("all-minilm", "smollm2-hidden")  # built by dragoman/backends/onnx/embeddings/build.py
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -97,7 +98,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def _prepare_embedding(args: argparse.Namespace) -> int:
-    from dragoman.backends.onnx.embedding_prepare import prepare as prepare_embedding
+    from dragoman.backends.onnx.embeddings.build import prepare as prepare_embedding
 
     try:
         print(prepare_embedding(args.source, args.provider))

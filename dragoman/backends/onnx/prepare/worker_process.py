@@ -3,6 +3,7 @@ its output turned into progress stages, each stage's time and peak RSS recorded.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -47,7 +48,9 @@ def run_worker(spec: WorkerSpec, spec_file: Path, bar: Progress, *, verbose: boo
     reader = _WorkerOutput(bar, gguf=spec.gguf is not None, verbose=verbose)
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=root) as process:
         rss = PeakRss(process.pid)
-        assert process.stdout is not None
+        # A pipe opened with Popen's default buffering reads through a BufferedReader,
+        # whose read1 returns what has arrived instead of waiting for 64 KiB.
+        assert isinstance(process.stdout, io.BufferedReader)
         buffer = b""
         while chunk := process.stdout.read1(65536):
             buffer += chunk

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dragoman.backends.onnx.protocol import Search
+from dragoman.backends.onnx.worker_protocol import Search
 
 
 class Sampler:

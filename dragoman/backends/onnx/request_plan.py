@@ -12,10 +12,10 @@ import msgspec
 
 from dragoman.adapters.canonical import ChatRequest, CompletionRequest, RequestBase
 from dragoman.adapters.errors import ContextTooLong, RequestError, UnsupportedFeature
-from dragoman.backends.onnx.grammar import guidance_for
+from dragoman.backends.onnx.constraint_plan import guidance_for
 from dragoman.backends.onnx.model_files import ModelFiles
-from dragoman.backends.onnx.protocol import Guidance, Start
-from dragoman.backends.onnx.sampling import max_new_tokens, plan_sampling
+from dragoman.backends.onnx.worker_protocol import Guidance, Start
+from dragoman.backends.onnx.sampling_plan import max_new_tokens, plan_sampling
 from dragoman.backends.onnx.settings import OnnxSettings
 from dragoman.backends.text.chat_template import render_chat_segments, supports_thinking
 from dragoman.backends.text.fim import find_fim

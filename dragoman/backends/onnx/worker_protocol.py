@@ -20,6 +20,8 @@ MAX_FRAME = 64 * 1024 * 1024
 # Tokens a generation may run ahead of what its consumer has taken (see Credit): a
 # slow or stalled reader pauses its generation instead of filling pipes and queues.
 RUN_AHEAD = 32
+# The ``spin`` setting (WorkerConfig.spin): always, never, or while the cores are quiet.
+SpinChoice = bool | Literal["auto"]
 
 
 class FrameTooLarge(ValueError):
@@ -33,7 +35,7 @@ class WorkerConfig(msgspec.Struct, frozen=True):
     providers: list[str]  # candidates, tried in order
     provider_options: dict[str, str] = {}
     threads: int | None = None
-    spin: bool | Literal["auto"] = "auto"  # the batch engine's intra-op threads spin within a pass (auto: when the cores are quiet)
+    spin: SpinChoice = "auto"  # the batch engine's intra-op threads spin within a pass (auto: when the cores are quiet)
     grammar_timeout: float = 5.0  # seconds one grammar may take to compile
     grammar_memory: int = 512 * 1024 * 1024  # bytes it may take (POSIX: enforced)
     # How generations run: "batch" (the batch engine, CPU), "generator" (the library's

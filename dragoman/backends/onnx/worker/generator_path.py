@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from dragoman.backends.onnx.guidance import Guide
-from dragoman.backends.onnx.processors import LogitsProcessor, log_softmax
-from dragoman.backends.onnx.protocol import RUN_AHEAD, Done, Search, Start, Tokens
-from dragoman.backends.onnx.sampling import processing_active
-from dragoman.backends.onnx.token_text import TokenOutput, done_report
+from dragoman.backends.onnx.worker.grammar_mask import Guide
+from dragoman.backends.onnx.worker.logits_processors import LogitsProcessor, log_softmax
+from dragoman.backends.onnx.worker_protocol import RUN_AHEAD, Done, Search, Start, Tokens
+from dragoman.backends.onnx.sampling_plan import processing_active
+from dragoman.backends.onnx.worker.token_text import TokenOutput, done_report
 from dragoman.backends.text.stops import StopMatcher
 
 

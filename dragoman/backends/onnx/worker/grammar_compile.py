@@ -11,7 +11,7 @@ priority under an address-space limit (POSIX) and is killed at a deadline. Only 
 grammar that compiled here within both bounds is compiled again in the worker, where
 the same library takes the same time and memory for it.
 
-Helper: ``python -m dragoman.backends.onnx.grammar_check TOKENIZER_JSON EOS_IDS MEMORY_BYTES``;
+Helper: ``python -m dragoman.backends.onnx.worker.grammar_compile TOKENIZER_JSON EOS_IDS MEMORY_BYTES``;
 requests and replies are length-prefixed UTF-8 frames (grammar in, error text out, empty
 when it compiled).
 """
@@ -26,23 +26,26 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    import llguidance
 
 _HEADER = struct.Struct(">I")
 
 
-def limits() -> object:
+def limits() -> llguidance.LLParserLimits:
     """The library's defaults, without parser state in error messages (clients see them)."""
     import llguidance
 
     return llguidance.LLParserLimits(verbose_errors=False)
 
 
-def error_text(matcher: object) -> str:
+def error_text(matcher: llguidance.LLMatcher) -> str:
     """The matcher's error, cut to a length a client can read; empty when none."""
-    if not matcher.is_error():  # type: ignore[attr-defined]
+    if not matcher.is_error():
         return ""
-    text = " ".join(matcher.get_error().split())  # type: ignore[attr-defined]
+    text = " ".join(matcher.get_error().split())
     return text if len(text) <= 300 else text[:300] + "…"
 
 
@@ -97,8 +100,8 @@ class GrammarCheck:
             return self._process
         self._discard()
         self._replies = queue.Queue()
-        argv = [sys.executable, "-m", "dragoman.backends.onnx.grammar_check", str(self.tokenizer_json), ",".join(map(str, self.eos_ids)), str(self.memory)]
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **_low_priority())
+        argv = [sys.executable, "-m", "dragoman.backends.onnx.worker.grammar_compile", str(self.tokenizer_json), ",".join(map(str, self.eos_ids)), str(self.memory)]
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, creationflags=_creation_flags())
         threading.Thread(target=_read_replies, args=(process.stdout, self._replies), daemon=True).start()
         ready = self._replies.get(timeout=60)
         if ready != b"ready":
@@ -119,12 +122,12 @@ class GrammarCheck:
                         stream.close()
 
 
-def _low_priority() -> dict[str, object]:
-    """Windows: set at creation; POSIX: the helper lowers its own priority (a
-    ``preexec_fn`` is unsafe in a process with threads)."""
+def _creation_flags() -> int:
+    """Windows: a lower priority, set at creation; POSIX: none (0, Popen's default), the
+    helper lowers its own priority (a ``preexec_fn`` is unsafe in a process with threads)."""
     if sys.platform == "win32":
-        return {"creationflags": subprocess.BELOW_NORMAL_PRIORITY_CLASS}  # type: ignore[attr-defined]
-    return {}
+        return subprocess.BELOW_NORMAL_PRIORITY_CLASS
+    return 0
 
 
 def _read_replies(stream: BinaryIO, replies: queue.Queue[bytes | None]) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from dragoman.backends.onnx.model_info import _json
+from dragoman.backends.onnx.model_facts import _json
 
 Pooling = Literal["mean", "cls", "last"]
 PoolingChoice = Literal["auto", "mean", "cls", "last"]

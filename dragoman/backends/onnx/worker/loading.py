@@ -1,7 +1,7 @@
 """What the worker runs a model on, and what the model folder says it needs.
 
 A GPU provider, when one is a candidate and loads, gets the library's Generator; CPU
-gets the batch engine (:mod:`backends.onnx.batch`) unless the model does not fit it
+gets the batch engine (:mod:`backends.onnx.worker.batch_engine`) unless the model does not fit it
 (then the Generator). Whenever the Generator runs a model, the reason goes with the
 Ready message, and the server says it wherever it says the engine.
 """
@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from dragoman.backends.onnx.batch import BatchEngine
-from dragoman.backends.onnx.decoder import Decoder, Unsupported, self_check
-from dragoman.backends.onnx.prefix_cache import PrefixCache
-from dragoman.backends.onnx.protocol import WorkerConfig
+from dragoman.backends.onnx.worker.batch_engine import BatchEngine
+from dragoman.backends.onnx.worker.decoder import Decoder, Unsupported, self_check
+from dragoman.backends.onnx.worker.prefix_cache import PrefixCache
+from dragoman.backends.onnx.worker_protocol import WorkerConfig
 from dragoman.backends.onnx.providers import ProviderError, load_model
 
 log = logging.getLogger("dragoman.onnx.worker")

@@ -10,9 +10,9 @@ whole prompt (smaller attention and logits buffers). Among waiting prompts the
 shortest goes first.
 
 A new prompt first takes the KV of the longest prefix it shares with a recent one
-(:mod:`backends.onnx.prefix_cache`), so only the rest is computed. For its KV to
+(:mod:`backends.onnx.worker.prefix_cache`), so only the rest is computed. For its KV to
 stay bit for bit what a cold prefill gives (on every CPU; a batched decode is only
-within rounding, see :mod:`backends.onnx.decoder`), every prompt position is computed
+within rounding, see :mod:`backends.onnx.worker.decoder`), every prompt position is computed
 by a pass of two tokens or more, as a cold prefill computes it: the reused prefix stops at least
 two tokens before the end of the prompt, and no chunk leaves a single token behind.
 A reply's own tokens have KV from one-token passes, so the next turn of a chat, which
@@ -37,11 +37,11 @@ import time
 
 import numpy as np
 
-from dragoman.backends.onnx.decoder import Decoder
-from dragoman.backends.onnx.prefix_cache import PrefixCache, shared_prefix
-from dragoman.backends.onnx.protocol import Done, Failed, Report
-from dragoman.backends.onnx.sequence import Sequence
-from dragoman.backends.onnx.token_text import GuideFailed
+from dragoman.backends.onnx.worker.decoder import Decoder
+from dragoman.backends.onnx.worker.prefix_cache import PrefixCache, shared_prefix
+from dragoman.backends.onnx.worker_protocol import Done, Failed, Report
+from dragoman.backends.onnx.worker.sequence import Sequence
+from dragoman.backends.onnx.worker.token_text import GuideFailed
 
 log = logging.getLogger("dragoman.onnx.worker")
 

@@ -1,7 +1,7 @@
 """What the server gets for a chosen token (its report: text, logprob entry) and at the end.
 
-Both ways of generating (:class:`~backends.onnx.generation.Generation`, the library's
-Generator; :class:`~backends.onnx.sequence.Sequence`, the batch engine) choose their
+Both ways of generating (:class:`~backends.onnx.worker.generator_path.Generation`, the library's
+Generator; :class:`~backends.onnx.worker.sequence.Sequence`, the batch engine) choose their
 tokens differently and report them here (:class:`TokenOutput`).
 """
 
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dragoman.adapters.canonical import TokenLogprob, TopLogprob
-from dragoman.backends.onnx.protocol import Done, Start, Tokens
+from dragoman.backends.onnx.worker_protocol import Done, Start, Tokens
 from dragoman.backends.text.stops import StopMatcher
 
 if TYPE_CHECKING:
-    from dragoman.backends.onnx.guidance import Guide
+    from dragoman.backends.onnx.worker.grammar_mask import Guide
 
 
 class GuideFailed(Exception):

@@ -1,21 +1,21 @@
 """The worker's loop: every active request of one loaded model, interleaved.
 
-On CPU the batch engine (:mod:`backends.onnx.batch`) runs the rounds: one forward pass
+On CPU the batch engine (:mod:`backends.onnx.worker.batch_engine`) runs the rounds: one forward pass
 advances every generation, a long prompt is prefilled in chunks between them, and the
 KV of recent prompts is reused. Elsewhere (CUDA, DirectML, ``engine: generator``, or a
 model the engine cannot run) each request has a library Generator, as described here,
 kept when it ends for the next request that starts the same way
-(:mod:`backends.onnx.generator_cache`).
+(:mod:`backends.onnx.worker.generator_cache`).
 
-The commands (from the reader thread of :mod:`backends.onnx.worker`) and the results of
-the preparation thread (:mod:`backends.onnx.preparation`: prompts tokenised, grammars
+The commands (from the reader thread of :mod:`backends.onnx.worker.process`) and the results of
+the preparation thread (:mod:`backends.onnx.worker.request_preparation`: prompts tokenised, grammars
 compiled) arrive on one queue. The loop drains that queue between rounds and, each
 round, advances every generation that is not too far ahead of its consumer by one
 token, and evaluates one chunk of at most one waiting prompt (the one with the fewest
 tokens left). A round stays short whatever a request asks, so a new, cancelled or
 credited request takes effect within a token, and a Ping is answered within a round
 (which is how the server tells a stuck worker from a busy one). Once the model has
-been idle a while the heap goes back to the system (:mod:`backends.onnx.heap`).
+been idle a while the heap goes back to the system (:mod:`backends.onnx.worker.heap_trim`).
 """
 
 from __future__ import annotations
@@ -26,20 +26,18 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from dragoman.backends.onnx.batch import BatchEngine
-from dragoman.backends.onnx.generation import Generation, new_generator
-from dragoman.backends.onnx.generator_cache import GeneratorCache, capacity_for
-from dragoman.backends.onnx.heap import IdleTrim
-from dragoman.backends.onnx.loading import sliding_window
-from dragoman.backends.onnx.preparation import NotPrepared, Prepared, Preparation
-from dragoman.backends.onnx.processors import LogitsProcessor
-from dragoman.backends.onnx.protocol import (
-    Cancel, Command, Credit, Done, Failed, Ping, Pong, Progress, Report, Shutdown, Start, Started, encode_frame,
-)  # fmt: skip
-from dragoman.backends.onnx.sampler import Sampler
-from dragoman.backends.onnx.sampling import processing_active
-from dragoman.backends.onnx.sequence import Sequence
-from dragoman.backends.onnx.token_text import GuideFailed
+from dragoman.backends.onnx.worker.batch_engine import BatchEngine
+from dragoman.backends.onnx.worker.generator_path import Generation, new_generator
+from dragoman.backends.onnx.worker.generator_cache import GeneratorCache, capacity_for
+from dragoman.backends.onnx.worker.heap_trim import IdleTrim
+from dragoman.backends.onnx.worker.loading import sliding_window
+from dragoman.backends.onnx.worker.request_preparation import NotPrepared, Prepared, Preparation
+from dragoman.backends.onnx.worker.logits_processors import LogitsProcessor
+from dragoman.backends.onnx.worker_protocol import Cancel, Command, Credit, Done, Failed, Ping, Pong, Progress, Report, Shutdown, Start, Started, encode_frame
+from dragoman.backends.onnx.worker.sampler import Sampler
+from dragoman.backends.onnx.sampling_plan import processing_active
+from dragoman.backends.onnx.worker.sequence import Sequence
+from dragoman.backends.onnx.worker.token_text import GuideFailed
 from dragoman.backends.onnx.vocab import load_token_bytes
 
 log = logging.getLogger("dragoman.onnx.worker")

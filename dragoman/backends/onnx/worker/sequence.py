@@ -1,6 +1,6 @@
 """One request inside the batch engine: its prompt, where its KV stands, what it says.
 
-The engine (:mod:`backends.onnx.batch`) owns the model passes; a :class:`Sequence`
+The engine (:mod:`backends.onnx.worker.batch_engine`) owns the model passes; a :class:`Sequence`
 turns each row of logits it is handed into the next token and the report the server
 gets: grammar mask, logits processors, sampling, detokenising, stop strings, logprobs,
 and the end (end-of-sequence, a stop string, a finished grammar, the length budget).
@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from dragoman.backends.onnx.guidance import Guide
-from dragoman.backends.onnx.processors import LogitsProcessor, log_softmax
-from dragoman.backends.onnx.protocol import RUN_AHEAD, Done, Progress, Start, Tokens
-from dragoman.backends.onnx.sampler import Sampler
-from dragoman.backends.onnx.token_text import TokenOutput, done_report
+from dragoman.backends.onnx.worker.grammar_mask import Guide
+from dragoman.backends.onnx.worker.logits_processors import LogitsProcessor, log_softmax
+from dragoman.backends.onnx.worker_protocol import RUN_AHEAD, Done, Progress, Start, Tokens
+from dragoman.backends.onnx.worker.sampler import Sampler
+from dragoman.backends.onnx.worker.token_text import TokenOutput, done_report
 from dragoman.backends.text.stops import StopMatcher
 
 
@@ -62,7 +62,7 @@ class Sequence(TokenOutput):
 
     def continuation(self) -> Sequence:
         """This sequence's prompt and reply as the prompt of a warm-up (see
-        :mod:`backends.onnx.batch`); its id is negative, so no request's reports or
+        :mod:`backends.onnx.worker.batch_engine`); its id is negative, so no request's reports or
         commands ever reach it."""
         start = msgspec.structs.replace(self.start, request_id=-abs(self.request_id), stop=[])
         warm = Sequence(

@@ -2,7 +2,7 @@
 
 The library can constrain decoding itself (``GeneratorParams.set_guidance``), but then
 the grammar is compiled inside ``og.Generator(...)`` on the step loop, by a build of
-llguidance no process outside can bound (see :mod:`backends.onnx.grammar_check`), and
+llguidance no process outside can bound (see :mod:`backends.onnx.worker.grammar_compile`), and
 every guided Generator spent 0.19 s building llguidance's view of the vocabulary
 (measured: 0.04 s without). Here the grammar is compiled once by the bounded checker,
 then by :class:`Guide` on the worker's preparation thread (the library drops the GIL
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from dragoman.backends.onnx.grammar_check import GrammarRejected, error_text, limits
-from dragoman.backends.onnx.protocol import Guidance
+from dragoman.backends.onnx.worker.grammar_compile import GrammarRejected, error_text, limits
+from dragoman.backends.onnx.worker_protocol import Guidance
 
 
 def grammar_of(guidance: Guidance) -> str:

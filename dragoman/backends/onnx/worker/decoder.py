@@ -28,7 +28,7 @@ AVX-512 or AVX-VNNI, ARM64), and checked at load by :func:`self_check`:
 So a greedy answer is the same batched or alone except where two candidates are
 within rounding of each other (2 × 0.06 of the spread at most, what self_check
 accepts); where they are, the two answers part from there on. The worker keeps every
-prompt position computed by a pass of two tokens or more (see :mod:`backends.onnx.batch`),
+prompt position computed by a pass of two tokens or more (see :mod:`backends.onnx.worker.batch_engine`),
 so a prompt over a reused prefix gets the KV of a cold prefill, and its answer alone is
 the cold answer alone.
 
@@ -48,8 +48,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from dragoman.backends.onnx.core_watch import CoreWatch, SpinChoice
-from dragoman.backends.onnx.kv_slab import KvSlab
+from dragoman.backends.onnx.worker.core_watch import CoreWatch
+from dragoman.backends.onnx.worker_protocol import SpinChoice
+from dragoman.backends.onnx.worker.kv_slab import KvSlab
 
 log = logging.getLogger("dragoman.onnx.worker")
 
@@ -125,7 +126,7 @@ class Decoder:
         self.session = _session(path, threads, spin=spin is True)
         # ``spin: auto``: a second session of the same model whose threads spin, used
         # for the passes run while the other processes leave the cores alone (see
-        # dragoman/backends/onnx/core_watch.py). Its copy of the weights costs memory (+130 MiB
+        # dragoman/backends/onnx/worker/core_watch.py). Its copy of the weights costs memory (+130 MiB
         # for the default model), so a model past AUTO_SPIN_MAX_BYTES goes without it.
         self._spinning: Any = None
         self._watch = watch
@@ -221,7 +222,7 @@ def _session(path: Path, threads: int | None, *, spin: bool) -> Any:
 
     options = ort.SessionOptions()
     # Sleeping threads are woken for each of a pass's hundreds of small ops; spinning
-    # ones take the cores from whatever else runs (see dragoman/backends/onnx/core_watch.py).
+    # ones take the cores from whatever else runs (see dragoman/backends/onnx/worker/core_watch.py).
     # A spinning session stops spinning when a pass returns, leaving the cores between
     # steps to the gateway process that forwards each token. Every core unless told.
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")

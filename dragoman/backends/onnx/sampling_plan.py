@@ -8,7 +8,7 @@ a knob off here, so they cost nothing at generation time.
 from __future__ import annotations
 
 from dragoman.adapters.canonical import SamplingOptions
-from dragoman.backends.onnx.protocol import Processing, Search
+from dragoman.backends.onnx.worker_protocol import Processing, Search
 
 DEFAULT_PENALTY_WINDOW = 64  # tokens, as Ollama's repeat_last_n
 

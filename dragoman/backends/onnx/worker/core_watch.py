@@ -24,9 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
-
-SpinChoice = bool | Literal["auto"]  # the ``spin`` setting: always, never, or while the cores are quiet
 
 PERIOD = 0.1  # seconds between readings of the counters (a reading costs ~30 µs)
 BUSY_CORES = 0.5  # what the other processes together may use, in cores, for it to be quiet

@@ -1,9 +1,9 @@
-"""The worker process: one loaded model, its requests run by :mod:`backends.onnx.worker_loop`.
+"""The worker process: one loaded model, its requests run by :mod:`backends.onnx.worker.loop`.
 
-``python -m dragoman.backends.onnx.worker '<WorkerConfig JSON>'``. Here the process is set up: a
+``python -m dragoman.backends.onnx.worker.process '<WorkerConfig JSON>'``. Here the process is set up: a
 reader thread turns stdin frames into commands on a queue, a preparation thread
-(:mod:`backends.onnx.preparation`) tokenises prompts and compiles grammars and puts its
-results on the same queue, the model is loaded (:mod:`backends.onnx.loading`) and the
+(:mod:`backends.onnx.worker.request_preparation`) tokenises prompts and compiles grammars and puts its
+results on the same queue, the model is loaded (:mod:`backends.onnx.worker.loading`) and the
 server told it is ready; then the main thread runs the loop. The library holds the GIL
 while it computes, which is why this runs in its own process and not in the server's.
 
@@ -24,11 +24,11 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from dragoman.backends.onnx.generator_cache import open_cache
-from dragoman.backends.onnx.loading import load, model_context_length
-from dragoman.backends.onnx.preparation import Preparation
-from dragoman.backends.onnx.protocol import LoadFailed, Ready, Shutdown, WorkerConfig, decode_command, encode_frame, read_frame
-from dragoman.backends.onnx.worker_loop import Worker
+from dragoman.backends.onnx.worker.generator_cache import open_cache
+from dragoman.backends.onnx.worker.loading import load, model_context_length
+from dragoman.backends.onnx.worker.request_preparation import Preparation
+from dragoman.backends.onnx.worker_protocol import LoadFailed, Ready, Shutdown, WorkerConfig, decode_command, encode_frame, read_frame
+from dragoman.backends.onnx.worker.loop import Worker
 
 log = logging.getLogger("dragoman.onnx.worker")
 

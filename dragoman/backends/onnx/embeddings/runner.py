@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dragoman.adapters.errors import BackendError, ContextTooLong, RequestError
-from dragoman.backends.onnx.embedding_files import EmbeddingFacts
+from dragoman.backends.onnx.embeddings.model_facts import EmbeddingFacts
 
 # A decoder export that still computes logits allocates (tokens x vocabulary) floats
 # per run; its batches are cut to keep that under this many bytes.

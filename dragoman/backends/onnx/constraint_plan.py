@@ -16,7 +16,7 @@ from typing import Any
 
 from dragoman.adapters.canonical import ChatRequest, ResponseFormat, Tool
 from dragoman.adapters.errors import RequestError
-from dragoman.backends.onnx.protocol import Guidance
+from dragoman.backends.onnx.worker_protocol import Guidance
 
 STRICT_WHITESPACE = {"whitespace_flexible": False}
 

@@ -22,7 +22,7 @@ with its new message, and its answer at temperature 0 is the cold one bit for bi
 A Generator's sampling options are fixed when it is made (and a seeded one's random
 state moves on), so one is reused only by a request with the same options, never by
 a seeded one, and only when its capacity (``max_length``) holds the request. The
-grammar of a request is dragoman's own (:mod:`backends.onnx.guidance` masks the
+grammar of a request is dragoman's own (:mod:`backends.onnx.worker.grammar_mask` masks the
 logits), not the Generator's, so guided requests reuse too.
 
 Bounded like the batch engine's prefix cache: ``prefix_cache_mib`` (the KV buffers of
@@ -41,8 +41,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from dragoman.backends.onnx.prefix_cache import shared_prefix
-from dragoman.backends.onnx.protocol import Search
+from dragoman.backends.onnx.worker.prefix_cache import shared_prefix
+from dragoman.backends.onnx.worker_protocol import Search
 
 log = logging.getLogger("dragoman.onnx.worker")
 

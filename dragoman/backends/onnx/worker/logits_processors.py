@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dragoman.backends.onnx.protocol import Processing
-from dragoman.backends.onnx.sampling import DEFAULT_PENALTY_WINDOW
+from dragoman.backends.onnx.worker_protocol import Processing
+from dragoman.backends.onnx.sampling_plan import DEFAULT_PENALTY_WINDOW
 
 NEG_INF = np.float32(-np.inf)
 TFS_CANDIDATES = (1024, 8192)  # heads tail-free sampling sorts before the whole vocabulary
@@ -162,7 +162,7 @@ class LogitsProcessor:
             else None
         )  # fmt: skip
 
-    def process(self, logits: np.ndarray, sequence: Sequence[int]) -> tuple[np.ndarray, int | None]:
+    def process(self, logits: np.ndarray, sequence: Sequence[int] | np.ndarray) -> tuple[np.ndarray, int | None]:
         p = self.p
         if p.logit_bias:  # first, as llama.cpp applies it before penalties and samplers
             logits = apply_logit_bias(logits, p.logit_bias)

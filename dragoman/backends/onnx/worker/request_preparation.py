@@ -2,7 +2,7 @@
 
 One thread tokenises prompts (``tokenizers`` lets go of the GIL) and checks that they
 fit the context; a second compiles the grammars of the requests that have one (bounded
-by :class:`~backends.onnx.grammar_check.GrammarCheck`, then built by llguidance, which
+by :class:`~backends.onnx.worker.grammar_compile.GrammarCheck`, then built by llguidance, which
 lets go of the GIL too), so a grammar that takes its full time limit holds up no
 request without one. Meanwhile the worker's step loop goes on with every other
 request. Results go onto the worker's command queue, where the loop picks them up
@@ -15,15 +15,15 @@ import logging
 import queue
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
 
-from dragoman.backends.onnx.grammar_check import GrammarCheck, GrammarRejected
-from dragoman.backends.onnx.guidance import Guide, grammar_of
+from dragoman.backends.onnx.worker.grammar_compile import GrammarCheck, GrammarRejected
+from dragoman.backends.onnx.worker.grammar_mask import Guide, grammar_of
 from dragoman.backends.onnx.prompt_tokens import PromptTokenizer
-from dragoman.backends.onnx.protocol import Refused, Start
+from dragoman.backends.onnx.worker_protocol import Refused, Start
 
 log = logging.getLogger("dragoman.onnx.worker")
 
@@ -113,7 +113,7 @@ class Preparation:
             self._checker.check(grammar)
             guide = Guide(self._tokenizer(), grammar)
         except GrammarRejected as exc:
-            kind = "too_complex" if exc.too_complex else "invalid"
+            kind: Literal["too_complex", "invalid"] = "too_complex" if exc.too_complex else "invalid"
             prefix = "" if exc.too_complex else "invalid constraint: "
             return NotPrepared(start, Refused(rid, kind, f"{prefix}{exc}", prompt_tokens=n, context_length=context))
         except ValueError as exc:  # a schema llguidance cannot even read

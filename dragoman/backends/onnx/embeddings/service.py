@@ -19,8 +19,8 @@ from dragoman.adapters.canonical import EmbedRequest, EmbedResult, Timings
 from dragoman.adapters.embeddings import shape_vectors
 from dragoman.adapters.errors import BackendError
 from dragoman.backends.base import LoadedModel, ModelDetails
-from dragoman.backends.onnx.embedding_batches import BatchQueue
-from dragoman.backends.onnx.embedding_files import EmbeddingFacts, read_facts
+from dragoman.backends.onnx.embeddings.batches import BatchQueue
+from dragoman.backends.onnx.embeddings.model_facts import EmbeddingFacts, read_facts
 from dragoman.backends.onnx.settings import OnnxSettings
 from dragoman.backends.residency import Residency
 
@@ -107,7 +107,7 @@ class OnnxEmbedder:
             facts = self.facts()
             if facts is None:
                 raise BackendError(f"model '{self.name}': {self.folder} holds no model.onnx")
-            from dragoman.backends.onnx.embedding_runner import EmbeddingRunner
+            from dragoman.backends.onnx.embeddings.runner import EmbeddingRunner
 
             s = self.settings
             runner = await asyncio.to_thread(
@@ -121,7 +121,7 @@ class OnnxEmbedder:
         return time.perf_counter_ns() - began
 
     async def _ensure_built(self) -> None:
-        from dragoman.backends.onnx import embedding_prepare as build
+        from dragoman.backends.onnx.embeddings import build
 
         if build.is_prepared(self.folder) or (self.folder / "model.onnx").is_file():
             return
