@@ -34,7 +34,8 @@ from dragoman.proxy.ollama_routes import ollama_router
 from dragoman.proxy.openai_routes import openai_router
 from dragoman.proxy.origin_check import origin_check
 from dragoman.proxy import ui
-from dragoman.proxy.response_store import ResponseStore, open_store
+from dragoman.proxy.response_store import ResponseStore
+from dragoman.proxy.response_stores import open_store
 from dragoman.proxy.responses_routes import responses_router
 from dragoman.proxy.input_tokens_routes import input_tokens_router
 from dragoman.proxy.conversation_routes import conversation_router

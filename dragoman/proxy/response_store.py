@@ -30,8 +30,6 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 import structlog
 
-from dragoman.config.paths import dragoman_home
-from dragoman.config.schema import ResponseStoreConfig
 
 log = structlog.get_logger("dragoman.responses")
 
@@ -214,17 +212,4 @@ class _transaction:
         self.db.execute("COMMIT" if kind is None else "ROLLBACK")
 
 
-def open_store(config: ResponseStoreConfig) -> ResponseStore:
-    """The configured store; the SQLite file is created on first use."""
-    if config.kind == "none":
-        return NoStore()
-    if config.kind == "postgres":
-        from dragoman.proxy.response_store_postgres import PostgresStore  # psycopg only where configured
-
-        assert config.url is not None  # the config's own check
-        return PostgresStore(config.url, max_age=config.max_age, max_bytes=config.max_bytes)
-    path = Path(config.path).expanduser() if config.path else dragoman_home() / FILE_NAME
-    return SqliteStore(path, max_age=config.max_age, max_bytes=config.max_bytes)
-
-
-__all__ = ["NoStore", "ResponseStore", "SqliteStore", "StoredResponse", "open_store"]
+__all__ = ["FILE_NAME", "NoStore", "ResponseStore", "SqliteStore", "StoredResponse"]

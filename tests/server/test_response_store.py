@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from dragoman.config.schema import ResponseStoreConfig
-from dragoman.proxy.response_store import NoStore, SqliteStore, StoredResponse, open_store
+from dragoman.proxy.response_store import NoStore, SqliteStore, StoredResponse
+from dragoman.proxy.response_stores import open_store
 from dragoman.proxy.response_store_postgres import PostgresStore, StoreUnavailable
 from tests.support.postgres import Postgres, postgres_server
 
