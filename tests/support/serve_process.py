@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -22,6 +23,13 @@ ADDRESS = re.compile(r"on (http://(?:\[[0-9a-f:]+\]|[\w.]+):\d+)")
 class Served(msgspec.Struct):
     url: str  # as the start-up line named it
     lines: list[str]  # the serve process's stderr, as it arrives
+    process: subprocess.Popen[str]
+
+    def kill_all(self) -> None:
+        """SIGKILL to the serve process and its server processes, as a machine or a
+        container dies: nothing gets to shut down."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
 
 
 @contextmanager
@@ -30,7 +38,7 @@ def dragoman_serve(config: Path, *args: str) -> Iterator[Served]:
     then stops it with SIGTERM, as a service manager would; it must exit 0."""
     server = subprocess.Popen(
         [sys.executable, "-m", "dragoman.proxy.cli", "serve", "--config", str(config), "--port", "0", *args],
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,  # its own process group: kill_all
     )  # fmt: skip
     assert server.stderr is not None
     stderr = server.stderr
@@ -38,9 +46,10 @@ def dragoman_serve(config: Path, *args: str) -> Iterator[Served]:
     reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in stderr), daemon=True)
     reader.start()
     try:
-        yield Served(_address(lines, server), lines)
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(30) == 0
+        yield Served(_address(lines, server), lines, server)
+        if server.poll() is None:  # unless the test killed it
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(30) == 0
     finally:
         if server.poll() is None:
             server.kill()
