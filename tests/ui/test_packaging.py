@@ -10,13 +10,12 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-UI = ROOT / "proxy" / "ui"
+UI = ROOT / "dragoman" / "proxy" / "ui"
 
 
 def test_the_wheel_holds_the_page(tmp_path: Path) -> None:
     source = tmp_path / "src"  # a copy, so the build leaves nothing in the worktree
-    for package in ("adapters", "backends", "config", "proxy"):
-        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "dragoman", source / "dragoman", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
