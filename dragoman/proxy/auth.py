@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
+from dragoman.adapters.dialects import dialect_named
 from dragoman.adapters.errors import AuthenticationError
 from dragoman.proxy.errors import error_body
 from dragoman.proxy.record import scope_dialect
@@ -83,7 +84,7 @@ def auth_middleware_factory(api_keys: list[str], open_paths: list[str]) -> Any:
             if token is not None and key_matches(token, keys):
                 await app(scope, receive, send)
                 return
-            how = "'x-api-key: <key>' or 'Authorization: Bearer <key>'" if dialect == "anthropic" else "'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+            how = dialect_named(dialect).key_hint
             reason = f"missing API key: send {how}" if token is None else "invalid API key"
             err = AuthenticationError(reason, code="invalid_api_key")
             body = error_body(dialect, err)

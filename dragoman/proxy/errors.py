@@ -21,7 +21,7 @@ from litestar.exceptions import (
     ValidationException,
 )
 
-from dragoman.adapters import anthropic, ollama, openai
+from dragoman.adapters.dialects import dialect_named
 from dragoman.adapters.errors import DragomanError, RequestError, retry_after_seconds, valid_error_status
 from dragoman.proxy.record import SCOPE_KEY, Dialect, RequestRecord, scope_dialect
 
@@ -29,21 +29,13 @@ log = structlog.get_logger("dragoman.errors")
 
 
 def error_body(dialect: Dialect, err: DragomanError) -> bytes:
-    """``err`` as the body ``dialect`` expects (Responses errors are OpenAI's)."""
-    err = in_dialect_terms(dialect, err)
-    if dialect == "anthropic":
-        return anthropic.render_error(err)
-    if dialect == "ollama":
-        return ollama.render_error(err)
-    return openai.render_error(err)
+    """``err`` as the body ``dialect`` expects."""
+    return dialect_named(dialect).render_error(in_dialect_terms(dialect, err))
 
 
 # Backends name the fields of the canonical request as OpenAI chat spells them; these
-# are the ones a backend raises about, as each client wrote them.
-_FIELD_NAMES: dict[str, dict[str, str]] = {
-    "messages": {"responses": "input"},
-    "response_format": {"ollama": "format", "anthropic": "output_config.format", "responses": "text.format"},
-}
+# are the ones a backend raises about, renamed as each client wrote them (Dialect.field).
+_RENAMED = ("messages", "response_format")
 # Backend messages that do not start with the field they are about (the grammar
 # compiler's words): the field goes in front, so every dialect's message names it.
 _UNNAMED = ("invalid constraint: ",)
@@ -52,9 +44,9 @@ _UNNAMED = ("invalid constraint: ",)
 def in_dialect_terms(dialect: Dialect, err: DragomanError) -> DragomanError:
     """``err`` naming its field as the client of ``dialect`` wrote it."""
     param = err.param
-    if param is None or param not in _FIELD_NAMES:
+    if param is None or param not in _RENAMED:
         return err
-    field = _FIELD_NAMES[param].get(dialect, param)
+    field = dialect_named(dialect).field(param)
     message = err.message
     if message.startswith(f"{param}:"):
         message = field + message.removeprefix(param)
@@ -68,7 +60,7 @@ def in_dialect_terms(dialect: Dialect, err: DragomanError) -> DragomanError:
 
 
 def error_status(dialect: Dialect, err: DragomanError) -> int:
-    return anthropic.status_for(err) if dialect == "anthropic" else err.status
+    return dialect_named(dialect).error_status(err)
 
 
 def render(request: Request[Any, Any, Any], err: DragomanError) -> Response[bytes]:

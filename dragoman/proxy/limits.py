@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from dragoman.adapters.canonical import ChatRequest, CompletionRequest
+from dragoman.adapters.dialects import dialect_named
 from dragoman.adapters.errors import DragomanError, RequestError
 from dragoman.adapters.json_depth import too_deep
 from dragoman.adapters.schema_budget import SchemaBudget, check_schemas
@@ -17,42 +18,9 @@ from dragoman.proxy.record import Dialect
 
 R = TypeVar("R", ChatRequest, CompletionRequest)
 
-# How each dialect spells the fields the bounds name.
-_STOP_FIELD = {"openai": "stop", "ollama": "options.stop", "anthropic": "stop_sequences", "responses": "stop"}
-_SCHEMA_FIELD = {
-    "openai": "response_format.json_schema.schema", "ollama": "format",
-    "anthropic": "output_config.format.schema", "responses": "text.format.schema",
-}  # fmt: skip
-_TOOL_FIELD = {"anthropic": "tools[{}].input_schema", "responses": "tools[{}].parameters"}
-_CONVERSATION_FIELD = {"openai": "messages", "ollama": "messages", "anthropic": "messages", "responses": "input"}
-
-
-def _message_field(dialect: Dialect, index: int, role: str) -> str:
-    """Canonical message ``index`` is the client's own only in the chat dialects: an
-    Anthropic ``system`` or Responses ``instructions`` becomes a message, tool results
-    and calls become messages of their own. Elsewhere name the collection and role."""
-    if dialect in ("openai", "ollama"):
-        return f"messages[{index}].content"
-    if role == "system" and dialect == "anthropic":
-        return "system"
-    if role == "system" and index == 0:
-        return "instructions (or the system message that opens input)"
-    return f"{_CONVERSATION_FIELD[dialect]} ({role} message)"
-
-
 def _param(field: str) -> str:
-    """The path part of a field named by _message_field or _call_field."""
+    """The path part of a field named by Dialect.message_field or Dialect.call_field."""
     return field.split(" (", 1)[0]
-
-
-def _call_field(dialect: Dialect, index: int, position: int, call_id: str | None, name: str) -> str:
-    """Where a client wrote an earlier tool call's arguments (see _message_field)."""
-    if dialect in ("openai", "ollama"):
-        return f"messages[{index}].tool_calls[{position}].function.arguments"
-    which = f"id '{call_id}'" if call_id else f"name '{name}'"
-    if dialect == "anthropic":
-        return f"messages (tool_use block {which}).input"
-    return f"input (function_call {which}).arguments"
 
 
 class PayloadTooLarge(DragomanError):
@@ -137,7 +105,7 @@ def _check_stop(request: ChatRequest | CompletionRequest, limits: Limits, dialec
     stop = request.options.stop
     if not stop:
         return
-    field = _STOP_FIELD[dialect]
+    field = dialect_named(dialect).field("stop")
     if len(stop) > limits.max_stop:
         raise RequestError(
             f"{field}: {len(stop)} stop strings; the limit is {limits.max_stop} (server.limits.max_stop)", param=field
@@ -155,10 +123,10 @@ def _check_stop(request: ChatRequest | CompletionRequest, limits: Limits, dialec
 def _check_prompt(request: ChatRequest | CompletionRequest, limits: Limits, dialect: Dialect) -> None:
     if isinstance(request, ChatRequest):
         texts = [
-            (_message_field(dialect, i, m.role), sum(len(p.text) for p in m.parts if hasattr(p, "text")) + len(m.thinking or ""))
+            (dialect_named(dialect).message_field(i, m.role), sum(len(p.text) for p in m.parts if hasattr(p, "text")) + len(m.thinking or ""))
             for i, m in enumerate(request.messages)
         ]
-        everything = _CONVERSATION_FIELD[dialect]
+        everything = dialect_named(dialect).field("conversation")
     else:
         texts = [(f, len(getattr(request, f) or "")) for f in ("prompt", "suffix", "system")]
         everything = "prompt"
@@ -183,13 +151,13 @@ def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, diale
     """Free-form JSON (schemas, arguments) is walked by templates, grammar compilers
     and encoders that recurse; bound its nesting before any of them runs."""
     limit = limits.max_json_depth
-    schema_field = _SCHEMA_FIELD[dialect]
+    schema_field = dialect_named(dialect).field("schema")
     found: list[tuple[str, Any]] = [(schema_field, request.response_format.schema)]
     if isinstance(request, ChatRequest):
-        tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
+        tool_field = dialect_named(dialect).field("tool_schema")
         found += [(tool_field.format(i), tool.parameters) for i, tool in enumerate(request.tools)]
         found += [
-            (_call_field(dialect, i, j, call.id, call.name), call.arguments)
+            (dialect_named(dialect).call_field(i, j, call.id, call.name), call.arguments)
             for i, message in enumerate(request.messages)
             for j, call in enumerate(message.tool_calls)
         ]
@@ -200,14 +168,14 @@ def _check_depth(request: ChatRequest | CompletionRequest, limits: Limits, diale
             )
 
 
-def check_grammars(request: ChatRequest | CompletionRequest, budget: SchemaBudget, dialect: str) -> None:
+def check_grammars(request: ChatRequest | CompletionRequest, budget: SchemaBudget, dialect: Dialect) -> None:
     """The schemas a request would have compiled (structured output; the tools'
     parameters when a call is forced) against the budget, before any work."""
     schemas: list[tuple[str, object]] = []
     if request.response_format.type == "json_schema" and request.response_format.schema is not None:
-        schemas.append((_SCHEMA_FIELD.get(dialect, "response_format"), request.response_format.schema))
+        schemas.append((dialect_named(dialect).field("schema"), request.response_format.schema))
     if isinstance(request, ChatRequest) and (choice := request.tool_choice).mode in ("required", "function"):
-        tool_field = _TOOL_FIELD.get(dialect, "tools[{}].function.parameters")
+        tool_field = dialect_named(dialect).field("tool_schema")
         schemas += [
             (tool_field.format(i), tool.parameters)
             for i, tool in enumerate(request.tools)

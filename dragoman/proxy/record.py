@@ -4,35 +4,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from dragoman.adapters.canonical import ContentDelta, Event, ThinkingDelta, Timings, ToolCallDone, ToolCallFragment, Usage
+from dragoman.adapters.dialect import DialectName
+from dragoman.adapters.dialects import dialect_for_path
 
 _TOKEN_EVENTS = (ContentDelta, ThinkingDelta, ToolCallDone, ToolCallFragment)
 
 SCOPE_KEY = "dragoman.record"
 
 
-Dialect = Literal["openai", "ollama", "anthropic", "responses"]
+Dialect = DialectName  # a record names its dialect; dialect_named gives the object
 
 
 def dialect_of(path: str, anthropic_version: bool = False) -> Dialect:
-    """``/v1/messages…`` is Anthropic's, ``/v1/responses…`` OpenAI Responses; the other
-    ``/v1/`` paths are OpenAI's, except for a client that sends ``anthropic-version``
-    (the ``anthropic`` SDK lists ``/v1/models`` too); every other path is Ollama's."""
-    if path.startswith("/v1/messages"):
-        return "anthropic"
-    if path.startswith("/v1/responses"):
-        return "responses"
-    if path.startswith("/v1/"):
-        return "anthropic" if anthropic_version else "openai"
-    return "ollama"
+    """The dialect of a request on ``path`` (see :func:`adapters.dialects.dialect_for_path`)."""
+    return dialect_for_path(path, ("anthropic-version",) if anthropic_version else ()).name
 
 
 def scope_dialect(scope: Mapping[str, Any]) -> Dialect:
-    """The dialect of an ASGI request: its path, and whether it says ``anthropic-version``."""
-    anthropic_version = any(name == b"anthropic-version" for name, _ in scope.get("headers", ()))
-    return dialect_of(scope.get("path", ""), anthropic_version)
+    """The dialect of an ASGI request: its path, and the names of its headers."""
+    names = [name.decode("latin-1") for name, _ in scope.get("headers", ())]
+    return dialect_for_path(scope.get("path", ""), names).name
 
 
 class RequestRecord:

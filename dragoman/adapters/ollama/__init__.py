@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dragoman.adapters.dialect import Dialect
 from dragoman.adapters.ollama.convert import (
     parse_format,
     parse_keep_alive,
@@ -29,6 +30,7 @@ from dragoman.adapters.ollama.wire import (
 )
 
 __all__ = [
+    "DIALECT",
     "ChatMessage",
     "ChatRequest",
     "ChatResponse",
@@ -50,3 +52,13 @@ __all__ = [
     "to_canonical",
     "to_upstream",
 ]
+
+DIALECT = Dialect(
+    name="ollama",
+    path_prefixes=("",),  # every path the other dialects do not claim
+    render_error=render_error,
+    field_names={
+        "stop": "options.stop", "response_format": "format", "schema": "format",
+        "tool_schema": "tools[{}].function.parameters", "conversation": "messages",
+    },
+)  # fmt: skip

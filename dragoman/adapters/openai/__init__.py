@@ -3,6 +3,7 @@ dialect spoken to OpenAI-compatible upstreams."""
 
 from __future__ import annotations
 
+from dragoman.adapters.dialect import Dialect
 from dragoman.adapters.openai.convert import to_canonical
 from dragoman.adapters.openai.stream import StreamEncoder, render_error, render_response
 from dragoman.adapters.openai.upstream_reply import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
@@ -18,6 +19,7 @@ from dragoman.adapters.openai.wire import (
 )
 
 __all__ = [
+    "DIALECT",
     "ChatCompletionMessage",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
@@ -35,3 +37,11 @@ __all__ = [
     "to_canonical",
     "to_upstream",
 ]
+
+DIALECT = Dialect(
+    name="openai",
+    path_prefixes=("/v1/",),
+    render_error=render_error,
+    field_names={"schema": "response_format.json_schema.schema", "tool_schema": "tools[{}].function.parameters", "conversation": "messages"},
+    shares_paths=True,
+)

@@ -4,6 +4,8 @@ and upstream side. Errors before a stream begins are OpenAI's ``{"error": {…}}
 
 from __future__ import annotations
 
+from dragoman.adapters.dialect import Dialect
+from dragoman.adapters.openai import render_error
 from dragoman.adapters.responses.convert import builtin_tools, image_parts, input_items, remote_image_urls, to_canonical
 from dragoman.adapters.responses.items import decode_items, output_items, stored_item
 from dragoman.adapters.responses.stream import (
@@ -18,6 +20,7 @@ from dragoman.adapters.responses.stream import (
 from dragoman.adapters.responses.wire import Response, ResponsesRequest
 
 __all__ = [
+    "DIALECT",
     "Response",
     "ResponseMeta",
     "ResponsesRequest",
@@ -36,3 +39,28 @@ __all__ = [
     "stored_item",
     "to_canonical",
 ]
+
+def _message_field(index: int, role: str) -> str:
+    """``instructions``, tool calls and their results become canonical messages of their
+    own: name the collection and the role."""
+    if role == "system" and index == 0:
+        return "instructions (or the system message that opens input)"
+    return f"input ({role} message)"
+
+
+def _call_field(index: int, position: int, call_id: str | None, name: str) -> str:
+    which = f"id '{call_id}'" if call_id else f"name '{name}'"
+    return f"input (function_call {which}).arguments"
+
+
+DIALECT = Dialect(
+    name="responses",
+    path_prefixes=("/v1/responses",),
+    render_error=render_error,  # Responses errors are OpenAI's
+    field_names={
+        "messages": "input", "response_format": "text.format", "schema": "text.format.schema",
+        "tool_schema": "tools[{}].parameters", "conversation": "input",
+    },
+    message_field=_message_field,
+    call_field=_call_field,
+)  # fmt: skip
