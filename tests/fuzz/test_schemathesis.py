@@ -81,6 +81,15 @@ OPERATIONS: list[tuple[str, str, tuple[GenerationMode, ...], list[Callable[..., 
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def empty_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """/api/delete and /api/copy work on DRAGOMAN_HOME's builds: here an empty one, never
+    the machine's own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DRAGOMAN_HOME", str(tmp_path_factory.mktemp("home")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def api(scripted_server: RunningServer) -> Any:
     return schemathesis.openapi.from_url(scripted_server.url + "/schema/openapi.json")
