@@ -36,10 +36,12 @@ Build = Callable[[ProgressCallback], Awaitable[None]]
 def buildable(name: str) -> Build | None:
     """A build for ``name``, which the config does not serve: ``ollama:NAME[:TAG]`` from
     the local Ollama store, or a known name (``dragoman models prepare``'s sources that a
-    name alone identifies); None when nothing can be built for it."""
+    name alone identifies), or an ``hf:`` name pulled from Hugging Face (a bad one raises
+    ``PrepareError`` before any request); None when nothing can be built for it."""
+    from dragoman.backends.onnx.prepare import hf_build, hf_names
     from dragoman.backends.onnx.prepare.background import pull_build
 
-    return pull_build(name)
+    return hf_build.pull_build(name) if hf_names.is_hf(name) else pull_build(name)
 
 
 def configure_registry(address: str) -> None:

@@ -26,6 +26,7 @@ from dragoman.adapters.ollama import render_error
 from dragoman.adapters.ollama.wire import GoRequest
 from dragoman.backends.base import Backend
 from dragoman.backends.onnx import built_models
+from dragoman.backends.onnx.prepare.support import PrepareError
 from dragoman.backends.pull import ProgressCallback, PullProgress, Pullable, buildable
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import OLLAMA_ADMIN, OLLAMA_DELETE_COPY, OLLAMA_PULL
@@ -97,7 +98,10 @@ def _pull_for(models: ModelTable, name: str) -> Callable[[ProgressCallback], Awa
     try:
         _, backend = models.lookup(name)
     except ModelNotFound:
-        build = buildable(name)
+        try:
+            build = buildable(name)
+        except PrepareError as exc:  # a name that cannot be pulled: said before any request
+            raise RequestError(f"model: {exc}", param="model") from None
         if build is None:
             # Not the config file's path: whoever asks need not learn the server's folders.
             registry = models.config.server.registry
