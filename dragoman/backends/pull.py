@@ -10,7 +10,8 @@ not serve is built when it can be, else an error naming what to do. The two hook
 - :func:`buildable`: what could be built for a name the config does *not* serve:
   ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, else any Ollama
   name from ``server.registry`` (:mod:`backends.onnx.prepare.registry`), built as
-  ``dragoman models prepare`` builds them (anything else is a 404).
+  ``dragoman models prepare`` builds them, and ``hf:`` names from Hugging Face
+  (:mod:`backends.onnx.prepare.hf_build`); anything else is a 404.
 """
 
 from __future__ import annotations
