@@ -20,7 +20,7 @@ from dragoman.backends.onnx.prepare.support import PrepareError
 from dragoman.proxy.cli import main
 from tests.conftest import TEST_HOME
 from tests.support.hf_endpoint import Hub, running_hub
-from tests.support.server import RunningServer, config_from_yaml, serve
+from tests.support.server import RunningServer, config_from_yaml, free_port, serve
 
 ONNX_REPO = "test-org/SmolLM2-135M-Instruct-onnx"
 GGUF_REPO = "test-org/SmolLM2-135M-Instruct-GGUF"
@@ -164,3 +164,11 @@ def test_a_gguf_in_a_repository_is_pulled_then_built(server: RunningServer, hub:
     assert stages and {line.digest for line in stages} == {f"sha256:{gguf.sha256}"}
     reply = client.generate(model="smol-gguf", prompt="Hi", options={"num_predict": 4, "temperature": 0})
     assert reply.done
+
+
+def test_an_endpoint_that_cannot_be_reached_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.setenv("DRAGOMAN_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    assert main(["models", "pull", f"hf:{ONNX_REPO}"]) == 1
+    assert "cannot reach http://127.0.0.1:" in capsys.readouterr().err

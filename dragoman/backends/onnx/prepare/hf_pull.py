@@ -85,6 +85,7 @@ def listing(name: HfName) -> Listing:
 
 def _hub_call(name: HfName, call: Callable[[], Any]) -> Any:
     """``call`` with the Hub's failures said for people."""
+    import httpx2
     from huggingface_hub import errors
 
     try:
@@ -100,11 +101,9 @@ def _hub_call(name: HfName, call: Callable[[], Any]) -> Any:
     except OSError as exc:  # a full disk, a connection refused or cut past the retries
         raise PrepareError(f"pull {name.display}: {exc.strerror or exc}; check HF_ENDPOINT, the network and "
                            "free disk, then pull again (finished files are kept)") from None  # fmt: skip
-    except Exception as exc:  # httpx2's transport errors are not OSErrors
-        if type(exc).__module__.startswith(("httpx", "httpcore")):
-            raise PrepareError(f"pull {name.display}: cannot reach {endpoint()} ({type(exc).__name__}: {exc}); "
-                               "check HF_ENDPOINT and the network, then pull again") from None  # fmt: skip
-        raise
+    except httpx2.TransportError as exc:  # huggingface_hub's HTTP client; not OSErrors
+        raise PrepareError(f"pull {name.display}: cannot reach {endpoint()} ({type(exc).__name__}: {exc}); "
+                           "check HF_ENDPOINT and the network, then pull again") from None  # fmt: skip
 
 
 # -- which folder -------------------------------------------------------------------------
