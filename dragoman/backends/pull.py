@@ -10,7 +10,8 @@ not serve is built when it can be, else an error naming what to do. The two hook
 - :func:`buildable`: what could be built for a name the config does *not* serve:
   ``ollama:NAME[:TAG]`` from the local Ollama store and the known names, else any Ollama
   name from ``server.registry`` (:mod:`backends.onnx.prepare.registry`), built as
-  ``dragoman models prepare`` builds them (anything else is a 404).
+  ``dragoman models prepare`` builds them, and ``hf:`` names from Hugging Face
+  (:mod:`backends.onnx.prepare.hf_build`); anything else is a 404.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ Build = Callable[[ProgressCallback], Awaitable[None]]
 def buildable(name: str) -> Build | None:
     """A build for ``name``, which the config does not serve: ``ollama:NAME[:TAG]`` from
     the local Ollama store, or a known name (``dragoman models prepare``'s sources that a
-    name alone identifies); None when nothing can be built for it."""
+    name alone identifies), or an ``hf:`` name pulled from Hugging Face (a bad one raises
+    ``PrepareError`` before any request); None when nothing can be built for it."""
+    from dragoman.backends.onnx.prepare import hf_build, hf_names
     from dragoman.backends.onnx.prepare.background import pull_build
 
-    return pull_build(name)
+    return hf_build.pull_build(name) if hf_names.is_hf(name) else pull_build(name)
 
 
 def configure_registry(address: str) -> None:

@@ -13,7 +13,7 @@ import uvicorn
 from dragoman.backends.onnx.prepare.cli import add_prepare_arguments, add_pull_arguments, print_builds, run_prepare, run_pull
 from dragoman.backends.registry import settings_type
 from dragoman.config import Config, ConfigError, check_report, load_config, routing_table
-from dragoman.proxy import workers
+from dragoman.proxy import models_cli, workers
 from dragoman.proxy.graceful_server import GracefulServer
 from dragoman.proxy.gc_settings import tune_for_serving
 from dragoman.proxy.host_check import bound_to, startup_warnings
@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     pull = models.add_parser("pull", help="download a model from an Ollama registry by name, then prepare it")
     add_pull_arguments(pull)
     pull.set_defaults(run=run_pull)
+    models_cli.add_commands(models, _load)
     return parser
 
 

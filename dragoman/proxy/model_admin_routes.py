@@ -2,10 +2,11 @@
 
 ``/api/pull`` makes a served model ready, or pulls one from the registry and builds it (Home Assistant and Continue pull a model they
 do not see listed; Open WebUI has a pull screen): progress lines in Ollama's shape, then
-``{"status": "success"}``. ``/api/delete``, ``/api/copy``, ``/api/create``,
-``/api/push`` and ``/api/blobs/:digest`` change what a server holds, which here is the
-config file's business: a 501 in Ollama's error shape saying so, never a 404 that
-reads as "no such server".
+``{"status": "success"}``. ``/api/delete`` and ``/api/copy`` delete and name the models
+dragoman built (:mod:`dragoman.backends.onnx.built_models`; what a config entry serves
+is refused, naming the entry). ``/api/create``, ``/api/push`` and ``/api/blobs/:digest``
+change what a server holds, which here is the config file's business: a 501 in Ollama's
+error shape saying so, never a 404 that reads as "no such server".
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from dragoman.adapters.errors import DragomanError, ModelNotFound, RequestError
 from dragoman.adapters.ollama import render_error
 from dragoman.adapters.ollama.wire import GoRequest
 from dragoman.backends.base import Backend
+from dragoman.backends.onnx import built_models
+from dragoman.backends.onnx.prepare.support import PrepareError
 from dragoman.backends.pull import ProgressCallback, PullProgress, Pullable, buildable
 from dragoman.proxy.models import ModelTable
-from dragoman.proxy.openapi_responses import OLLAMA_ADMIN, OLLAMA_PULL
+from dragoman.proxy.openapi_responses import OLLAMA_ADMIN, OLLAMA_DELETE_COPY, OLLAMA_PULL
 
 log = structlog.get_logger("dragoman.pull")
 
@@ -47,6 +50,20 @@ class NotConfigured(DragomanError):
 
 class BuildsOff(DragomanError):
     status = 403
+
+
+class InUse(DragomanError):
+    status = 409
+
+
+class DeleteRequest(GoRequest):
+    model: str | None = None
+    name: str | None = None  # older clients send "name"
+
+
+class CopyRequest(GoRequest):
+    source: str
+    destination: str
 
 
 class NotServed(DragomanError):
@@ -81,7 +98,10 @@ def _pull_for(models: ModelTable, name: str) -> Callable[[ProgressCallback], Awa
     try:
         _, backend = models.lookup(name)
     except ModelNotFound:
-        build = buildable(name)
+        try:
+            build = buildable(name)
+        except PrepareError as exc:  # a name that cannot be pulled: said before any request
+            raise RequestError(f"model: {exc}", param="model") from None
         if build is None:
             # Not the config file's path: whoever asks need not learn the server's folders.
             registry = models.config.server.registry
@@ -146,14 +166,42 @@ def _configured(action: str) -> NotConfigured:
     )
 
 
-@delete("/api/delete", status_code=501, summary="Delete a model (not here)", tags=["Ollama"], responses=OLLAMA_ADMIN)
-async def delete_model() -> None:
-    raise _configured("deleting a model")
+@delete(
+    "/api/delete", status_code=200, summary="Delete a built model", tags=["Ollama"], responses=OLLAMA_DELETE_COPY,
+    description="Removes a name of a model dragoman built (the build itself when no name is left); 409 while a "
+    "config entry serves it or a worker has it loaded.",
+)  # fmt: skip
+async def delete_model(data: JSONBody[DeleteRequest], models: NamedDependency[ModelTable]) -> Response[bytes]:
+    name = data.model or data.name
+    if not name:
+        raise RequestError("model: field required", param="model")
+    done = await _built_models_call(lambda: built_models.delete(name, models.config), "model")
+    log.info("model deleted", model=name, done=done)
+    return Response(b"", media_type="application/json")
 
 
-@post("/api/copy", status_code=501, summary="Copy a model (not here)", tags=["Ollama"], responses=OLLAMA_ADMIN)
-async def copy_model() -> None:
-    raise _configured("copying a model (an alias does it: aliases: in the config)")
+@post(
+    "/api/copy", status_code=200, summary="Copy a built model", tags=["Ollama"], responses=OLLAMA_DELETE_COPY,
+    description="Records `destination` as another name of the model dragoman built as `source` (a config entry's "
+    "`model:` may then name it).",
+)  # fmt: skip
+async def copy_model(data: JSONBody[CopyRequest]) -> Response[bytes]:
+    done = await _built_models_call(lambda: built_models.copy(data.source, data.destination), "source")
+    log.info("model copied", source=data.source, destination=data.destination, done=done)
+    return Response(b"", media_type="application/json")
+
+
+async def _built_models_call(change: Callable[[], list[str]], param: str) -> list[str]:
+    """A catalogue change, off the event loop (a folder of gigabytes is removed), its
+    refusals in Ollama's error shape."""
+    try:
+        return await asyncio.to_thread(change)
+    except built_models.NoSuchModel as exc:
+        raise NotServed(str(exc.args[0]), param=param, code="model_not_found") from None
+    except built_models.Refused as exc:
+        if not exc.conflict:
+            raise RequestError(exc.message, param=exc.field) from None
+        raise InUse(exc.message, param=exc.field, code="conflict") from None
 
 
 @post("/api/create", status_code=501, summary="Create a model (not here)", tags=["Ollama"], responses=OLLAMA_ADMIN)

@@ -22,6 +22,7 @@ _ERROR_STATUSES = {
     401: "API keys are configured and the request has none or a wrong one.",
     403: "Refused by the configuration; the message names the setting.",
     404: "No such model.",
+    409: "The model is in use: a config entry serves it, a worker has it loaded, or the name is another model's.",
     413: "The body or its images are larger than the configured limits.",
     502: "The backend or upstream failed before the reply began.",
     503: "The model is busy (see `Retry-After`) or the server is shutting down.",
@@ -89,6 +90,7 @@ OLLAMA_PULL = {
     **_errors(ollama.ErrorResponse, (400, 403, 404, 502)),
 }
 OLLAMA_ADMIN = _errors(ollama.ErrorResponse, (501,))
+OLLAMA_DELETE_COPY = _errors(ollama.ErrorResponse, (400, 404, 409))
 ANTHROPIC_MESSAGES = {
     200: ResponseSpec(
         anthropic_wire.Message,

@@ -50,8 +50,6 @@ def test_pulling_a_name_the_config_does_not_serve(ol: ollama.Client) -> None:
 
 
 ADMIN = [
-    ("DELETE", "/api/delete", {"model": "smollm2:135m"}),
-    ("POST", "/api/copy", {"source": "smollm2:135m", "destination": "mine"}),
     ("POST", "/api/create", {"model": "mine", "from": "smollm2:135m"}),
     ("POST", "/api/push", {"model": "smollm2:135m"}),
     ("POST", "/api/blobs/sha256:29fdb92e57cf0827ded04ae6461b5931d01fa595843f55d36f5b275a52087dd2", None),
@@ -68,7 +66,7 @@ def test_what_the_config_file_does_is_a_501_saying_so(real_server: RunningServer
 
 
 def test_the_ollama_client_sees_the_501(ol: ollama.Client) -> None:
-    for call in (lambda: ol.delete("smollm2:135m"), lambda: ol.copy("smollm2:135m", "mine"), lambda: ol.push("smollm2:135m")):
+    for call in (lambda: ol.push("smollm2:135m"), lambda: ol.create("mine", from_="smollm2:135m")):
         with pytest.raises(ollama.ResponseError) as info:
             call()
         assert info.value.status_code == 501 and "edit that file" in info.value.error

@@ -8,7 +8,8 @@ from pathlib import Path
 from dragoman.adapters.errors import BackendError
 from dragoman.backends.onnx.model_facts import ModelFacts, read_model_facts
 from dragoman.backends.onnx.prepare import PrepareError, catalogue, default_model_path, is_prepared, prepare_in_subprocess
-from dragoman.backends.onnx.prepare import registry
+from dragoman.backends.onnx.prepare import hf_build, registry
+from dragoman.backends.onnx.prepare.hf_names import is_hf
 from dragoman.backends.onnx.prepare.background import prepare_in_background, pull_progress, pull_source, registry_name
 from dragoman.backends.onnx.prepare.build import GGUF_SHA256
 from dragoman.backends.onnx.providers import Provider, candidate_providers, installed_flavours
@@ -106,6 +107,11 @@ class ModelFiles:
 
     async def _build_named(self, missing: str, progress: ProgressCallback | None) -> Path:
         assert self.settings.model is not None
+        if is_hf(self.settings.model) and progress is not None and self.settings.prepare:
+            try:  # from Hugging Face: the folder for this entry's provider, or a GGUF then built
+                return (await hf_build.pull(self.settings.model, provider=self.candidates()[0], report=progress)).path
+            except PrepareError as exc:
+                raise BackendError(f"model '{self.name}': {exc}") from exc
         source = pull_source(self.settings.model) or pull_source(f"ollama:{self.settings.model}")
         fetch = registry_name(self.settings.model) if source is None else None
         if progress is None or (source is None and fetch is None) or not self.settings.prepare:

@@ -37,7 +37,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser, *, source: bool = Tru
 def add_pull_arguments(parser: argparse.ArgumentParser) -> None:
     from dragoman.backends.onnx.prepare.registry import DEFAULT_REGISTRY
 
-    parser.add_argument("model", metavar="NAME", help="an Ollama name, [host/][namespace/]model[:tag] (llama3.2:1b)")
+    parser.add_argument("model", metavar="NAME", help="an Ollama name, [host/][namespace/]model[:tag] (llama3.2:1b), or from Hugging Face "
+                        "(HF_ENDPOINT) hf:ORG/REPO (its onnxruntime-genai folder for --provider) or hf:ORG/REPO/FILE.gguf")
     parser.add_argument("--registry", default=DEFAULT_REGISTRY, metavar="URL",
                         help=f"the Ollama registry to pull from (default {DEFAULT_REGISTRY}; a config's server.registry)")  # fmt: skip
     add_prepare_arguments(parser, source=False)
@@ -49,6 +50,9 @@ def run_pull(args: argparse.Namespace) -> int:
     import asyncio
 
     from dragoman.backends.onnx.prepare import registry
+
+    if args.model.startswith("hf:"):  # from Hugging Face instead
+        return _run_hf_pull(args)
     from dragoman.backends.pull_progress import PullProgress
 
     def show(step: PullProgress) -> None:
@@ -65,6 +69,39 @@ def run_pull(args: argparse.Namespace) -> int:
         return 1
     args.source = f"ollama:{name.display}"
     return run_prepare(args)
+
+
+def _run_hf_pull(args: argparse.Namespace) -> int:
+    """``dragoman models pull hf:…``: the download with a progress line per step, then
+    (for a GGUF) ``prepare``'s build, and the entry to serve it."""
+    from dragoman.backends.onnx.prepare import hf_pull
+    from dragoman.backends.onnx.prepare.catalogue import add_name
+    from dragoman.backends.onnx.prepare.entry import add_to_config, yaml_entry
+    from dragoman.backends.onnx.prepare.hf_names import parse
+    from dragoman.backends.pull_progress import PullProgress
+
+    def show(step: PullProgress) -> None:
+        done = f" {human_bytes(step.completed)} of {human_bytes(step.total)}" if step.total and step.completed is not None else ""
+        print(f"{step.status}{done}", file=sys.stderr)
+
+    try:
+        name = parse(args.model)
+        if name.is_gguf:
+            path, _ = hf_pull.pull_gguf(name, show)
+            args.source, args.name = str(path), args.name or name.display
+            return run_prepare(args)
+        build = hf_pull.pull_folder(name, args.provider, show)
+        served = args.name or name.display
+        if args.name:
+            build = add_name(build, args.name)
+        if args.add_to:
+            add_to_config(args.add_to, build, served)
+    except PrepareError as exc:
+        print(f"dragoman: {exc}", file=sys.stderr)
+        return 1
+    where = f"added to {args.add_to}" if args.add_to else "add it to the models: list of your config"
+    print(f"# {build.id} ({source_label(build)}); {where}:\n{yaml_entry(build, served)}", end="")
+    return 0
 
 
 EMBEDDING_MODELS = ("all-minilm", "smollm2-hidden")  # built by dragoman/backends/onnx/embeddings/build.py

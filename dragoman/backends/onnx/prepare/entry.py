@@ -15,13 +15,16 @@ from dragoman.backends.onnx.prepare.catalogue import Build
 from dragoman.backends.onnx.prepare.support import PrepareError, write_atomically
 
 DEFAULT_CONTEXT = 4096  # Ollama's default num_ctx; the KV cache grows with it
+# On the first line of an entry --add-to wrote: `models rm --remove-entry` removes only those.
+ADDED = "# added by dragoman --add-to"
 
 
-def yaml_entry(build: Build, name: str, indent: str = "  ") -> str:
-    """``  - name: …`` lines (JSON scalars are YAML scalars, so quoting is exact)."""
+def yaml_entry(build: Build, name: str, indent: str = "  ", *, marked: bool = False) -> str:
+    """``  - name: …`` lines (JSON scalars are YAML scalars, so quoting is exact);
+    ``marked``: the first line says --add-to wrote it."""
     record = build.record
     lines = [
-        f"- name: {json.dumps(name)}",
+        f"- name: {json.dumps(name)}" + (f"   {ADDED}" if marked else ""),
         "  backend: onnx",
         f"  model: {build.id}   # {build.path}",
         f"  provider: {record.provider}",
@@ -51,12 +54,42 @@ def add_to_config(path: Path, build: Build, name: str) -> None:
     models = (data or {}).get("models") if isinstance(data, dict) else None
     if isinstance(models, list) and any(isinstance(m, dict) and m.get("name") == name for m in models):
         raise PrepareError(f"{path} already has a model named '{name}'; remove that entry or pass another --name")
-    updated = insert_entry(text, lambda indent: yaml_entry(build, name, indent))
+    updated = insert_entry(text, lambda indent: yaml_entry(build, name, indent, marked=True))
     try:
         parse_config(updated, str(path), settings_type)
     except ConfigError as exc:
         raise PrepareError(f"adding the entry would leave {path} invalid ({exc}); not changing it") from exc
     write_atomically(path, updated)
+
+
+def without_entry(path: Path, name: str) -> str:
+    """``path``'s text without the entry named ``name`` that --add-to wrote (its marked
+    first line and the lines indented under it); refused when the file has no such entry
+    or would not load without it."""
+    from dragoman.backends.registry import settings_type
+    from dragoman.config import ConfigError, parse_config
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except OSError as exc:
+        raise PrepareError(f"cannot read {path}: {exc.strerror or exc}") from None
+    head = re.compile(rf"^(\s*)- name: {re.escape(json.dumps(name))}\s+{re.escape(ADDED)}\s*$")
+    for number, line in enumerate(lines):
+        match = head.match(line)
+        if match is None:
+            continue
+        inner = match.group(1) + "  "
+        end = number + 1
+        while end < len(lines) and lines[end].startswith(inner) and not lines[end][len(inner):].startswith("-"):
+            end += 1
+        updated = "".join(lines[:number] + lines[end:])
+        try:
+            parse_config(updated, str(path), settings_type)
+        except ConfigError as exc:
+            raise PrepareError(f"removing the entry '{name}' would leave {path} invalid ({exc}); edit it by hand") from exc
+        return updated
+    raise PrepareError(f"{path} has no entry '{name}' that --add-to wrote (its first line ends '{ADDED}'); "
+                       "an entry written by hand is removed by hand")  # fmt: skip
 
 
 _MODELS = re.compile(r"^models:[ \t]*(\[\])?[ \t]*(#.*)?$", re.M)
