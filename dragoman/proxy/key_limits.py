@@ -14,7 +14,7 @@ silently lifted.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import structlog
@@ -78,34 +78,30 @@ class RedisCounters:
         self._redis: Any = redis.asyncio.from_url(url, socket_connect_timeout=2, socket_timeout=2)
 
     async def add(self, key: str, amount: int, ttl: float) -> int:
-        async with self._guard():
+        async with _RedisDown():
             async with self._redis.pipeline(transaction=True) as pipe:
                 value, _ = await pipe.incrby(key, amount).expire(key, int(ttl) + 1, nx=True).execute()
             return int(value)
 
     async def read(self, key: str) -> int:
-        async with self._guard():
+        async with _RedisDown():
             value = await self._redis.get(key)
             return int(value or 0)
 
     async def aclose(self) -> None:
         await self._redis.aclose()
 
-    def _guard(self) -> Any:
-        return _RedisDown()
-
 
 class _RedisDown:
     async def __aenter__(self) -> None:
         return None
 
-    async def __aexit__(self, kind: Any, error: Any, traceback: Any) -> bool:
+    async def __aexit__(self, kind: Any, error: Any, traceback: Any) -> None:
         import redis.exceptions
 
         if isinstance(error, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
             log.warning("redis unreachable: per-key limits cannot be counted", error=str(error))
             raise Overloaded("the limits store (Redis) is not answering; retry shortly", retry_after=2) from error
-        return False
 
 
 class KeyLimits:
@@ -186,7 +182,5 @@ def open_limits(policies: list[KeyPolicy], redis_url: str | None) -> KeyLimits |
         return None
     return KeyLimits(policies, RedisCounters(redis_url) if redis_url else LocalCounters())
 
-
-Closer = Callable[[], Awaitable[None]]
 
 __all__ = ["KeyLimits", "LocalCounters", "RateLimited", "RedisCounters", "limit_keys", "open_limits"]
