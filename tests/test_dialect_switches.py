@@ -17,12 +17,9 @@ pytestmark = pytest.mark.unit
 PROXY = Path(__file__).resolve().parent.parent / "dragoman" / "proxy"
 NAMES = frozenset({"openai", "ollama", "anthropic", "responses"})
 
-# (file, line text) that must stay, with the reason.
-ALLOWED: dict[tuple[str, str], str] = {
-    # GET /v1/models is OpenAI's route; an anthropic SDK client on it gets Anthropic's
-    # page shape: a route choosing its reply, not a dialect property.
-    ("openai_routes.py", 'if record.dialect == "anthropic":'): "models listing answers an anthropic client in its shape",
-}
+# (file, line text) that must stay, with the reason. None today: the last one (the
+# /v1/models listing in Anthropic's shape) is Dialect.model_listing now.
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _switches(path: Path) -> list[tuple[int, str]]:
@@ -81,6 +78,52 @@ def test_the_scan_finds_a_switch(tmp_path: Path) -> None:
 )
 def test_dialect_for_path(path: str, headers: tuple[str, ...], name: str) -> None:
     assert dialect_for_path(path, headers).name == name
+
+
+# Functions that start a chat and answer it their own way, with the reason. Every other
+# one answers through proxy.chat.answer (the one skeleton: stream or aggregate).
+OWN_ANSWER: dict[tuple[str, str], str] = {
+    ("completion_routes.py", "completions_route"): "one reply of several prompts, answered in turn",
+    ("completion_routes.py", "_choices"): "one reply of several prompts, answered in turn",
+    ("choices.py", "start_choices"): "n choices merged into one reply",
+    ("compaction_routes.py", "compact_response"): "the summary becomes a compaction item, not the chat's reply",
+    ("auto_compaction.py", "compact_if_over"): "the summary becomes a compaction item, not the chat's reply",
+    ("background.py", "_run"): "frames go to the run's buffer, read back by GET /v1/responses/{id}",
+}
+
+
+def _chat_answers(path: Path) -> list[tuple[str, set[str]]]:
+    """(function, names it calls) for each function in ``path`` that calls start_chat."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            calls = {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            if "start_chat" in calls:
+                found.append((node.name, calls))
+    return found
+
+
+def test_chat_routes_answer_through_one_skeleton() -> None:
+    own = [
+        f"{path.name}:{name}"
+        for path in sorted(PROXY.glob("*.py"))
+        for name, calls in _chat_answers(path)
+        if "answer" not in calls and (path.name, name) not in OWN_ANSWER
+    ]
+    assert not own, "chat handlers answering without proxy.chat.answer:\n" + "\n".join(own)
+    seen = {(path.name, name) for path in PROXY.glob("*.py") for name, _ in _chat_answers(path)}
+    assert seen >= OWN_ANSWER.keys(), f"stale OWN_ANSWER entries: {OWN_ANSWER.keys() - seen}"
+    answering = {name for (_, name) in seen} - {name for (_, name) in OWN_ANSWER}
+    assert {"chat_completions", "messages", "chat", "generate_route", "create_response"} <= answering
+
+
+def test_the_skeleton_scan_finds_its_own_answer(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text(
+        "async def mine(m, c):\n    chat = await start_chat(m, c)\n    return Stream(encode_stream(chat))\n"
+        "async def shared(m, c):\n    return await answer(await start_chat(m, c))\n"
+    )
+    assert [(name, "answer" in calls) for name, calls in _chat_answers(source)] == [("mine", False), ("shared", True)]
 
 
 def test_every_dialect_is_registered_once() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dragoman.adapters.errors import DragomanError
+from dragoman.adapters.model_listing import ModelListing
 
 DialectName = Literal["openai", "ollama", "anthropic", "responses"]
 
@@ -54,6 +55,8 @@ class Dialect:
     shares_paths: bool = False
     # How to send an API key, as this dialect's clients are told (401s).
     key_hint: str = "'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+    # How it lists the served models on GET /v1/models, when its clients list them there.
+    model_listing: ModelListing | None = None
 
     def field(self, canonical: str) -> str:
         """``canonical`` as this dialect's clients spell it."""

@@ -31,7 +31,7 @@ from dragoman.adapters.canonical import ChatRequest
 from dragoman.adapters.errors import DragomanError, Overloaded, RequestError
 from dragoman.adapters.responses import wire
 from dragoman.adapters.responses.ids import new_response_id
-from dragoman.proxy.chat import Chat, start_chat
+from dragoman.proxy.chat import encode_stream, start_chat
 from dragoman.proxy.logging import finish_side_record
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import RESPONSES_STORED
@@ -46,7 +46,8 @@ RESUME_SECONDS = 600.0
 
 # (chat, encoder, record) -> the reply's frames, stored and added to its conversation as a
 # foreground stream's are (responses_routes builds it).
-FramePipeline = Callable[[Chat, responses.StreamEncoder, RequestRecord], AsyncGenerator[bytes, None]]
+# What the route does to the frames as they leave (stores the response, adds the turn).
+FramePipeline = Callable[[AsyncIterator[bytes], responses.StreamEncoder], AsyncGenerator[bytes, None]]
 
 
 class BackgroundRun:
@@ -168,7 +169,7 @@ async def _run(
         encoder = responses.StreamEncoder(meta)
         encoder.id, encoder.created_at = run.id, run.snapshot.created_at
         run.snapshot = responses.response_object(meta, run.id, run.snapshot.created_at, "in_progress")
-        frames = pipeline(chat, encoder, record)
+        frames = pipeline(encode_stream(chat, encoder, record), encoder)
         try:
             async for chunk in frames:
                 await run.add(chunk)

@@ -3,23 +3,27 @@
 A route decodes its dialect into a canonical request (a :class:`ChatRequest` or a
 :class:`CompletionRequest`: one path for both), then calls :func:`start_chat`,
 which resolves the model, applies its defaults and limits, checks capabilities and
-pulls the first event, so that failures before any output are real HTTP errors. What
-follows is either streamed through an encoder or aggregated into one reply.
+pulls the first event, so that failures before any output are real HTTP errors, and
+:func:`answer`, which streams the rest through the dialect's encoder or aggregates it
+into one reply (the :class:`~dragoman.adapters.reply.ReplyFormat` the request asked for).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 import structlog
+from litestar import Response
+from litestar.response import Stream
 from litestar.types import Receive
 
 from dragoman.adapters.aggregate import ChatResult, ResultBuilder
-from dragoman.adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, Request, RoleStart, Secret, TextPart
+from dragoman.adapters.canonical import ChatRequest, ErrorEvent, Event, Finish, Message, RoleStart, Secret, TextPart
+from dragoman.adapters.reply import ReplyFormat, StreamEncoder
 from dragoman.adapters.errors import BackendError, BackendTimeout, DragomanError, ModelNotFound, UnsupportedFeature, error_for_status
 from dragoman.backends.base import Backend, Relay, TokenCounter, check_capabilities
 from dragoman.config import ModelRoute
@@ -30,21 +34,17 @@ from dragoman.proxy.record import RequestRecord
 
 log = structlog.get_logger("dragoman.chat")
 
+E = TypeVar("E", bound=StreamEncoder)
+# What a stateful dialect does to a reply as it leaves (Responses stores it): the frames
+# with the encoder that writes them, or the aggregate whose body it returns.
+FrameTap = Callable[[AsyncIterator[bytes], E], AsyncIterator[bytes]]
+BodyTap = Callable[[ChatResult], Awaitable[bytes]]
+
 
 class ClientDisconnected(DragomanError):
     """Nobody is left to read the answer (nginx's 499)."""
 
     status = 499
-
-
-class StreamEncoder(Protocol):
-    media_type: str
-
-    def encode(self, event: Event) -> bytes: ...
-
-    def error(self, err: DragomanError) -> bytes: ...
-
-    def close(self) -> bytes: ...
 
 
 class Chat:
@@ -167,6 +167,27 @@ async def count_tokens(table: ModelTable, request: ChatRequest, record: RequestR
         return await backend.count_tokens(request)
     async with table.counting.slot(request.model):
         return await backend.count_tokens(request)
+
+
+async def answer(
+    chat: Chat,
+    reply: ReplyFormat[E],
+    record: RequestRecord,
+    receive: Receive,
+    *,
+    frames: FrameTap[E] | None = None,
+    body: BodyTap | None = None,
+) -> Response[bytes] | Stream:
+    """The one way every chat and completion route answers a started chat: the dialect's
+    frames when the client asked for a stream, else the body that aggregates the same
+    events. ``frames`` and ``body`` let a route act on the reply as it leaves."""
+    if reply.stream:
+        encoder = reply.stream_encoder()
+        stream = encode_stream(chat, encoder, record)
+        return Stream(frames(stream, encoder) if frames else stream, media_type=encoder.media_type)
+    result = await collect(chat, record, receive)
+    rendered = await body(result) if body else reply.render(result)
+    return Response(rendered, media_type="application/json")
 
 
 def encode_stream(chat: Chat, encoder: StreamEncoder, record: RequestRecord) -> AsyncIterator[bytes]:

@@ -17,10 +17,10 @@ from litestar.response import Stream
 
 from dragoman.adapters.canonical import CompletionRequest
 from dragoman.adapters.errors import DragomanError
-from dragoman.adapters.ollama import generate, wire
+from dragoman.adapters.ollama import GenerateReply, generate, wire
 from dragoman.adapters.ollama.convert import keep_alive_seconds
 from dragoman.adapters.openai import completion_wire, completions
-from dragoman.proxy.chat import Chat, collect, encode_stream, start_chat
+from dragoman.proxy.chat import Chat, answer, collect, encode_stream, start_chat
 from dragoman.proxy.limits import check_prompts
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.ollama_routes import load_or_unload
@@ -47,12 +47,8 @@ async def generate_route(
 ) -> Response[bytes] | Stream:
     if not data.prompt:
         return await load_or_unload(models, data.model, keep_alive_seconds(data.keep_alive), generate.render_load_response)
-    started = await start_chat(models, generate.to_canonical(data), record, authorization=credential.authorization)
-    if data.stream:
-        encoder = generate.GenerateEncoder(data.model)
-        return Stream(encode_stream(started, encoder, record), media_type=encoder.media_type)
-    result = await collect(started, record, request.receive)
-    return Response(generate.render_response(result, data.model), media_type="application/json")
+    chat = await start_chat(models, generate.to_canonical(data), record, authorization=credential.authorization)
+    return await answer(chat, GenerateReply.asked_by(data), record, request.receive)
 
 
 @post(

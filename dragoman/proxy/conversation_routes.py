@@ -13,7 +13,6 @@ from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 
-from dragoman.adapters.errors import RequestError
 from dragoman.adapters.openai.wire import OpenAIErrorResponse
 from dragoman.adapters.responses import wire
 from dragoman.adapters.responses.conversations import (
@@ -28,7 +27,7 @@ from dragoman.adapters.responses.conversations import (
 from dragoman.adapters.responses.ids import new_conversation_id
 from dragoman.proxy import conversations
 from dragoman.proxy.conversations import ItemNotFound
-from dragoman.proxy.limits import page_limit
+from dragoman.adapters.paging import item_page
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.response_context import owner_of
 from dragoman.proxy.response_store import ResponseStore
@@ -98,18 +97,8 @@ async def list_items(
     response_store: NamedDependency[ResponseStore],
 ) -> wire.ItemList:
     _, items = await conversations.load(response_store, conversation_id, owner_of(request, models))
-    query = request.query_params
-    limit = page_limit(query.get("limit"), default=20, maximum=MAX_ITEMS_PAGE)
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise RequestError(f"order: unsupported value '{order}'; allowed: asc, desc", param="order")
-    if order == "desc":
-        items = items[::-1]
-    if (after := query.get("after")) is not None:
-        ids = [item.get("id") for item in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    page = items[:limit]
-    return _listing(page, has_more=len(items) > limit)
+    page, more = item_page(items, request.query_params, maximum=MAX_ITEMS_PAGE)
+    return _listing(page, has_more=more)
 
 
 @post("/conversations/{conversation_id:str}/items", status_code=200, summary="Add items to a conversation", tags=_TAGS,

@@ -182,16 +182,3 @@ def check_grammars(request: ChatRequest | CompletionRequest, budget: SchemaBudge
             if choice.mode == "required" or tool.name == choice.name
         ]
     check_schemas(schemas, budget)
-
-
-def page_limit(raw: str | None, *, default: int, maximum: int) -> int:
-    """A listing's ``limit`` query parameter, checked."""
-    if raw is None:
-        return default
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise RequestError(f"limit: must be an integer, got '{raw}'", param="limit") from None
-    if not 1 <= limit <= maximum:
-        raise RequestError(f"limit: must be between 1 and {maximum}, got {limit}", param="limit")
-    return limit

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import structlog
 from prometheus_client.core import GaugeMetricFamily

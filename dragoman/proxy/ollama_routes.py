@@ -20,7 +20,7 @@ from dragoman.adapters.ollama.wire import GoRequest, TagDetails
 from dragoman.adapters.errors import RequestError
 from dragoman.backends.base import Backend, EmbeddingLength, LoadedModel, ModelDetails
 from dragoman.config import ModelRoute
-from dragoman.proxy.chat import collect, encode_stream, start_chat
+from dragoman.proxy.chat import answer, start_chat
 from dragoman.proxy.limits import check_message_count
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import OLLAMA_CHAT, OLLAMA_SHOW
@@ -100,12 +100,8 @@ async def chat(
     canonical = ollama.to_canonical(data)
     if not canonical.messages:
         return await load_or_unload(models, canonical.model, canonical.keep_alive, ollama.render_load_response)
-    started = await start_chat(models, canonical, record, authorization=credential.authorization)
-    if data.stream is not False:
-        encoder = ollama.StreamEncoder(data.model)
-        return Stream(encode_stream(started, encoder, record), media_type=encoder.media_type)
-    result = await collect(started, record, request.receive)
-    return Response(ollama.render_response(result, data.model), media_type="application/json")
+    chat = await start_chat(models, canonical, record, authorization=credential.authorization)
+    return await answer(chat, ollama.ChatReply.asked_by(data), record, request.receive)
 
 
 async def load_or_unload(

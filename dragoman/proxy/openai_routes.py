@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
@@ -12,11 +11,14 @@ from litestar.params import FromPath, JSONBody
 from litestar.response import Stream
 
 from dragoman.adapters import openai
+from dragoman.adapters.dialects import dialect_named
 from dragoman.adapters.errors import ModelNotFound
+from dragoman.adapters.model_listing import ListedModel, ModelListing
+from dragoman.adapters.openai.models import MODEL_LISTING, ModelCard, ModelList
+from dragoman.config import ModelRoute
 from dragoman.adapters.openai.remote_images import image_part_count, remote_image_urls, with_fetched_images
-from dragoman.proxy import anthropic_routes
 from dragoman.adapters.openai.choices import choice_count
-from dragoman.proxy.chat import collect, encode_stream, start_chat
+from dragoman.proxy.chat import answer, start_chat
 from dragoman.proxy.choices import answer_choices
 from dragoman.proxy.limits import check_message_count
 from dragoman.proxy.image_fetch import check_before_fetching, fetch_as_data_uris
@@ -24,18 +26,6 @@ from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import OPENAI_CHAT, OPENAI_MODEL
 from dragoman.proxy.context import ClientCredential
 from dragoman.proxy.record import RequestRecord
-
-
-class ModelCard(msgspec.Struct):
-    id: str
-    object: str = "model"
-    created: int = 0
-    owned_by: str = "dragoman"
-
-
-class ModelList(msgspec.Struct):
-    data: list[ModelCard]
-    object: str = "list"
 
 
 @post(
@@ -60,18 +50,14 @@ async def chat_completions(
         check_before_fetching(models, data.model, image_part_count(data))
         data = with_fetched_images(data, await fetch_as_data_uris(urls, fetch))
     canonical = openai.to_canonical(data)
-    include_usage = bool(data.stream_options and data.stream_options.include_usage)
+    reply = openai.ChatReply.asked_by(data)
     if n > 1:
         return await answer_choices(
             models, canonical, n, record, request.receive,
-            model=data.model, include_usage=include_usage, authorization=credential.authorization,
+            model=data.model, include_usage=reply.include_usage, authorization=credential.authorization,
         )  # fmt: skip
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
-    if data.stream:
-        encoder = openai.StreamEncoder(data.model, include_usage=include_usage)
-        return Stream(encode_stream(chat, encoder, record), media_type=encoder.media_type)
-    result = await collect(chat, record, request.receive)
-    return Response(openai.render_response(result, data.model), media_type="application/json")
+    return await answer(chat, reply, record, request.receive)
 
 
 @get(
@@ -84,12 +70,8 @@ async def chat_completions(
 async def list_models(
     request: Request[Any, Any, Any], models: NamedDependency[ModelTable], record: NamedDependency[RequestRecord]
 ) -> Response[bytes]:
-    if record.dialect == "anthropic":
-        return _json(await anthropic_routes.model_page(models, dict(request.query_params)))
-    created = int(models.started.timestamp())
-    names = await models.listed_names()
-    cards = [ModelCard(id=name, created=created, owned_by=route.config.backend) for name, route, _ in names]
-    return _json(ModelList(data=cards))
+    listed = [_listed(models, name, route) for name, route, _ in await models.listed_names()]
+    return _json(_listing(record).page(listed, dict(request.query_params)))
 
 
 @get(
@@ -102,16 +84,24 @@ async def retrieve_model(
     model: FromPath[str], models: NamedDependency[ModelTable], record: NamedDependency[RequestRecord]
 ) -> Response[bytes]:
     name = model.lstrip("/")
-    if record.dialect == "anthropic":
-        return _json(anthropic_routes.model_info(models, name))
     if not name:  # checked first: a catch-all pattern would match ""
         raise ModelNotFound(name)
     route, _ = models.lookup(name)  # raises 404 for unknown names
-    return _json(ModelCard(id=name, created=int(models.started.timestamp()), owned_by=route.config.backend))
+    return _json(_listing(record).one(_listed(models, name, route)))
 
 
-def _json(payload: msgspec.Struct) -> Response[bytes]:
-    return Response(msgspec.json.encode(payload), media_type="application/json")
+def _listing(record: RequestRecord) -> ModelListing:
+    """In the client's dialect: the anthropic SDK lists models on this path too, sending
+    ``anthropic-version``; a dialect with no listing of its own gets OpenAI's."""
+    return dialect_named(record.dialect).model_listing or MODEL_LISTING
+
+
+def _listed(models: ModelTable, name: str, route: ModelRoute) -> ListedModel:
+    return ListedModel(name, route.config.backend, models.started, route.config.context_length)
+
+
+def _json(body: bytes) -> Response[bytes]:
+    return Response(body, media_type="application/json")
 
 
 openai_router = Router(path="/v1", route_handlers=[chat_completions, list_models, retrieve_model])

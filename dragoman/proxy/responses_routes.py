@@ -22,11 +22,13 @@ from litestar.params import FromPath, JSONBody
 from litestar.response import Stream
 
 from dragoman.adapters import responses
+from dragoman.adapters.aggregate import ChatResult
 from dragoman.adapters.errors import RequestError
 from dragoman.adapters.responses import wire
 from dragoman.proxy.context import ClientCredential
-from dragoman.proxy.chat import Chat, collect, encode_stream, start_chat
-from dragoman.proxy.limits import check_message_count, page_limit
+from dragoman.proxy.chat import answer, start_chat
+from dragoman.adapters.paging import item_page
+from dragoman.proxy.limits import check_message_count
 from dragoman.proxy.models import ModelTable
 from dragoman.proxy.openapi_responses import RESPONSES_CREATE, RESPONSES_DELETED, RESPONSES_ITEMS, RESPONSES_STORED
 from dragoman.proxy.record import RequestRecord
@@ -78,33 +80,34 @@ async def create_response(
     context = msgspec.json.encode(seen) if keep else b""
     conversation = conversation_id(data)
 
-    def pipeline(chat: Chat, encoder: responses.StreamEncoder, record: RequestRecord) -> AsyncGenerator[bytes, None]:
-        frames = _stored_stream(chat, encoder, record, response_store if keep else None, context, owner)
+    def kept_frames(frames: AsyncIterator[bytes], encoder: responses.StreamEncoder) -> AsyncGenerator[bytes, None]:
+        kept = _stored_stream(frames, encoder, response_store if keep else None, context, owner)
         if conversation is not None:
-            frames = _added_to_conversation(frames, encoder, response_store, conversation, owner, turn)
-        return frames
+            kept = _added_to_conversation(kept, encoder, response_store, conversation, owner, turn)
+        return kept
 
     if data.background:
         background.check_background(data, keep)
         keep_cancelled = partial(_keep_response, response_store, context=context, owner=owner)
         return await background.start(
-            request, data, models, canonical, pipeline, owner, credential.authorization, record, keep_cancelled,
+            request, data, models, canonical, kept_frames, owner, credential.authorization, record, keep_cancelled,
             compaction=compacted.item if compacted else None,
         )
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
     used = canonical.options.merged(chat.route.config.defaults)
     meta = responses.meta_for(data, store=keep, used=used, compaction=compacted.item if compacted else None)
-    if data.stream:
-        encoder = responses.StreamEncoder(meta)
-        return Stream(pipeline(chat, encoder, record), media_type=encoder.media_type)
-    result = await collect(chat, record, request.receive)
-    reply = responses.build_response(result, meta)
-    body = responses.encode_response(reply)
-    if keep and not await _store(response_store, reply.id, body, context, owner):
-        body = responses.encode_response(msgspec.structs.replace(reply, store=False))
-    if meta.conversation is not None:
-        await append_turn(response_store, meta.conversation, owner, [*turn, *responses.output_items(reply)])
-    return Response(body, media_type="application/json")
+    reply = responses.ResponseReply(meta, stream=bool(data.stream))
+
+    async def kept_body(result: ChatResult) -> bytes:
+        response = reply.response(result)
+        body = responses.encode_response(response)
+        if keep and not await _store(response_store, response.id, body, context, owner):
+            body = responses.encode_response(msgspec.structs.replace(response, store=False))
+        if meta.conversation is not None:
+            await append_turn(response_store, meta.conversation, owner, [*turn, *responses.output_items(response)])
+        return body
+
+    return await answer(chat, reply, record, request.receive, frames=kept_frames, body=kept_body)
 
 
 @get("/responses/{response_id:str}", summary="Retrieve a stored response", tags=["OpenAI Responses"], responses=RESPONSES_STORED)
@@ -155,23 +158,12 @@ async def list_input_items(
     stored = await get_response(response_store, response_id, owner_of(request, models))
     if stored is None:
         raise ResponseNotFound(response_id)
-    query = request.query_params
-    limit = page_limit(query.get("limit"), default=20, maximum=MAX_ITEMS_PAGE)
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise RequestError(f"order: unsupported value '{order}'; allowed: asc, desc", param="order")
-    items = _item_list.decode(stored.input)
-    if order == "desc":
-        items.reverse()
-    if (after := query.get("after")) is not None:
-        ids = [item.get("id") for item in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    page = items[:limit]
+    page, more = item_page(_item_list.decode(stored.input), request.query_params, maximum=MAX_ITEMS_PAGE)
     return wire.ItemList(
         data=page,
         first_id=page[0].get("id") if page else None,
         last_id=page[-1].get("id") if page else None,
-        has_more=len(items) > limit,
+        has_more=more,
     )
 
 
@@ -179,15 +171,15 @@ async def list_input_items(
 
 
 async def _stored_stream(
-    chat: Chat,
+    frames: AsyncIterator[bytes],
     encoder: responses.StreamEncoder,
-    record: RequestRecord,
     store: ResponseStore | None,
     context: bytes,
     owner: str,
 ) -> AsyncGenerator[bytes, None]:
+    """The stream, with the response stored before the frame that ends it."""
     stored = False
-    async for frame in encode_stream(chat, encoder, record):
+    async for frame in frames:
         if store is not None and not stored and encoder.final is not None:
             stored = True  # before the frame that ends the stream goes out
             if not await _store(store, encoder.final.id, responses.encode_response(encoder.final), context, owner):

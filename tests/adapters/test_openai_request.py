@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dragoman.adapters.canonical import ChatRequest, ImagePart, ResponseFormat, TextPart, ToolCall, ToolChoice
-from dragoman.adapters.errors import RequestError, UnsupportedFeature
+from dragoman.adapters.errors import RequestError
 from dragoman.adapters.openai import wire
 from dragoman.adapters.openai.convert import to_canonical
 from tests.support.seed_spec import SEED_SPEC

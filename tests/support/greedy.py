@@ -33,7 +33,7 @@ def agreed(reference: Sequence[Step], other: Sequence[str]) -> int:
         if step.token == token:
             continue
         assert len(step.top) >= 2, f"token {i}: the reference run has no second candidate (ask top_logprobs=2)"
-        (first, best), (second, runner_up) = step.top[0], step.top[1]
+        (_, best), (second, runner_up) = step.top[0], step.top[1]
         gap = best - runner_up
         assert gap <= TIE_GAP and token == second, (
             f"token {i}: {token!r} where the reference has {step.token!r}, ahead of {second!r} by {gap:.2f} "

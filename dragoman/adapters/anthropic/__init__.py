@@ -14,11 +14,14 @@ from dragoman.adapters.anthropic.stream import (
     status_for,
     stop_reason,
 )
+from dragoman.adapters.anthropic.models import MODEL_LISTING
+from dragoman.adapters.anthropic.reply import MessageReply
 from dragoman.adapters.anthropic.wire import CountTokensRequest, MessagesRequest
 
 __all__ = [
     "DIALECT",
     "CountTokensRequest",
+    "MessageReply",
     "MessagesRequest",
     "StreamEncoder",
     "count_request",
@@ -58,4 +61,5 @@ DIALECT = Dialect(
     call_field=_call_field,
     claim_header="anthropic-version",
     key_hint="'x-api-key: <key>' or 'Authorization: Bearer <key>'",
+    model_listing=MODEL_LISTING,
 )  # fmt: skip

@@ -11,6 +11,7 @@ from dragoman.adapters.ollama.convert import (
     to_canonical,
     to_upstream,
 )
+from dragoman.adapters.ollama.reply import ChatReply, GenerateReply
 from dragoman.adapters.ollama.stream import (
     StreamEncoder,
     created_at,
@@ -32,9 +33,11 @@ from dragoman.adapters.ollama.wire import (
 __all__ = [
     "DIALECT",
     "ChatMessage",
+    "ChatReply",
     "ChatRequest",
     "ChatResponse",
     "ErrorResponse",
+    "GenerateReply",
     "ModelOptions",
     "StreamEncoder",
     "ToolCall",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dragoman.adapters.dialect import Dialect
 from dragoman.adapters.openai.convert import to_canonical
+from dragoman.adapters.openai.models import MODEL_LISTING
+from dragoman.adapters.openai.reply import ChatReply
 from dragoman.adapters.openai.stream import StreamEncoder, render_error, render_response
 from dragoman.adapters.openai.upstream_reply import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
 from dragoman.adapters.openai.upstream_request import completion_to_upstream, to_upstream
@@ -21,6 +23,7 @@ from dragoman.adapters.openai.wire import (
 __all__ = [
     "DIALECT",
     "ChatCompletionMessage",
+    "ChatReply",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
     "ChatCompletionStreamResponse",
@@ -44,4 +47,5 @@ DIALECT = Dialect(
     render_error=render_error,
     field_names={"schema": "response_format.json_schema.schema", "tool_schema": "tools[{}].function.parameters", "conversation": "messages"},
     shares_paths=True,
+    model_listing=MODEL_LISTING,
 )

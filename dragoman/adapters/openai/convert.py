@@ -25,7 +25,7 @@ from dragoman.adapters.canonical import (
     ToolChoice,
 )
 from dragoman.adapters.durations import parse_duration
-from dragoman.adapters.errors import RequestError, UnsupportedFeature
+from dragoman.adapters.errors import RequestError
 from dragoman.adapters.images import decode_base64_image
 from dragoman.adapters.json_depth import TOO_DEEP
 from dragoman.adapters.logit_bias import parse_logit_bias

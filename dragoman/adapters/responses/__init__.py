@@ -17,12 +17,14 @@ from dragoman.adapters.responses.stream import (
     meta_for,
     response_object,
 )
+from dragoman.adapters.responses.reply import ResponseReply
 from dragoman.adapters.responses.wire import Response, ResponsesRequest
 
 __all__ = [
     "DIALECT",
     "Response",
     "ResponseMeta",
+    "ResponseReply",
     "ResponsesRequest",
     "StreamEncoder",
     "build_response",

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from dragoman.backends.onnx.prepare.architectures import BuildProvider
 from dragoman.backends.onnx.prepare.background import prepare_in_subprocess
-from dragoman.backends.onnx.prepare.build import (
-    GGUF_SHA256, default_model_path, find_gguf, missing_build_tools, prepare, prepare_smollm2,
-)  # fmt: skip
+from dragoman.backends.onnx.prepare.build import default_model_path, missing_build_tools, prepare, prepare_smollm2
+from dragoman.backends.onnx.prepare.pinned_gguf import GGUF_SHA256, find_gguf
 from dragoman.backends.onnx.prepare.catalogue import MARKER, is_prepared
 from dragoman.backends.onnx.prepare.support import PrepareError
 

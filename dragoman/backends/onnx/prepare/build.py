@@ -31,7 +31,7 @@ from dragoman.backends.onnx.prepare import catalogue
 from dragoman.backends.onnx.prepare.architectures import FULL_MODEL_GGUF, BuildProvider, check_target
 from dragoman.backends.onnx.prepare.build_lock import build_lock
 from dragoman.backends.onnx.prepare.catalogue import Build, BuildRecord, SourceInfo, StageRecord
-from dragoman.backends.onnx.prepare.pinned_gguf import GGUF_SHA256, find_gguf
+from dragoman.backends.onnx.prepare.pinned_gguf import GGUF_SHA256
 from dragoman.backends.onnx.prepare.sources import Source, resolve, sha256_text, slug
 from dragoman.backends.onnx.prepare.support import (
     GiB, MiB, PrepareError, Progress, check_resources, human_bytes, install_dir,
