@@ -8,7 +8,9 @@ renderer that turns the aggregate of the same events into one body.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from dragoman.adapters.aggregate import ChatResult
 from dragoman.adapters.canonical import Event
@@ -41,3 +43,20 @@ class ReplyFormat(Protocol[E]):
     def stream_encoder(self) -> E: ...
 
     def render(self, result: ChatResult) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class ModelReply(Generic[E]):
+    """A reply written by an encoder and a renderer that take the model's name (every
+    dialect but Responses, whose reply carries the whole request's echo)."""
+
+    model: str
+    stream: bool
+    encoder: Callable[[str], E]
+    renderer: Callable[[ChatResult, str], bytes]
+
+    def stream_encoder(self) -> E:
+        return self.encoder(self.model)
+
+    def render(self, result: ChatResult) -> bytes:
+        return self.renderer(result, self.model)

@@ -53,7 +53,7 @@ async def messages(
     check_message_count(len(data.messages), models.limits)
     canonical = anthropic.to_canonical(data, await _fetched(models, data.model, data.messages))
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
-    return await answer(chat, anthropic.MessageReply.asked_by(data), record, request.receive)
+    return await answer(chat, anthropic.reply_for(data), record, request.receive)
 
 
 @post(

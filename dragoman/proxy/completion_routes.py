@@ -17,7 +17,7 @@ from litestar.response import Stream
 
 from dragoman.adapters.canonical import CompletionRequest
 from dragoman.adapters.errors import DragomanError
-from dragoman.adapters.ollama import GenerateReply, generate, wire
+from dragoman.adapters.ollama import generate, wire
 from dragoman.adapters.ollama.convert import keep_alive_seconds
 from dragoman.adapters.openai import completion_wire, completions
 from dragoman.proxy.chat import Chat, answer, collect, encode_stream, start_chat
@@ -48,7 +48,7 @@ async def generate_route(
     if not data.prompt:
         return await load_or_unload(models, data.model, keep_alive_seconds(data.keep_alive), generate.render_load_response)
     chat = await start_chat(models, generate.to_canonical(data), record, authorization=credential.authorization)
-    return await answer(chat, GenerateReply.asked_by(data), record, request.receive)
+    return await answer(chat, generate.reply_for(data), record, request.receive)
 
 
 @post(

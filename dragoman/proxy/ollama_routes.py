@@ -101,7 +101,7 @@ async def chat(
     if not canonical.messages:
         return await load_or_unload(models, canonical.model, canonical.keep_alive, ollama.render_load_response)
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
-    return await answer(chat, ollama.ChatReply.asked_by(data), record, request.receive)
+    return await answer(chat, ollama.reply_for(data), record, request.receive)
 
 
 async def load_or_unload(

@@ -14,6 +14,7 @@ from dragoman.adapters import openai
 from dragoman.adapters.dialects import dialect_named
 from dragoman.adapters.errors import ModelNotFound
 from dragoman.adapters.model_listing import ListedModel, ModelListing
+from dragoman.adapters.openai.stream import wants_usage
 from dragoman.adapters.openai.models import MODEL_LISTING, ModelCard, ModelList
 from dragoman.config import ModelRoute
 from dragoman.adapters.openai.remote_images import image_part_count, remote_image_urls, with_fetched_images
@@ -50,14 +51,13 @@ async def chat_completions(
         check_before_fetching(models, data.model, image_part_count(data))
         data = with_fetched_images(data, await fetch_as_data_uris(urls, fetch))
     canonical = openai.to_canonical(data)
-    reply = openai.ChatReply.asked_by(data)
     if n > 1:
         return await answer_choices(
             models, canonical, n, record, request.receive,
-            model=data.model, include_usage=reply.include_usage, authorization=credential.authorization,
+            model=data.model, include_usage=wants_usage(data), authorization=credential.authorization,
         )  # fmt: skip
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
-    return await answer(chat, reply, record, request.receive)
+    return await answer(chat, openai.reply_for(data), record, request.receive)
 
 
 @get(

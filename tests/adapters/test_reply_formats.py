@@ -20,21 +20,21 @@ RESULT = ChatResult(content="Bonjour", finish_reason="stop", usage=Usage(prompt_
 
 
 def _openai(body: dict[str, Any]) -> ReplyFormat[StreamEncoder]:
-    return openai.ChatReply.asked_by(msgspec.convert({"model": "m", "messages": [], **body}, openai.ChatCompletionRequest))
+    return openai.reply_for(msgspec.convert({"model": "m", "messages": [], **body}, openai.ChatCompletionRequest))
 
 
 def _anthropic(body: dict[str, Any]) -> ReplyFormat[StreamEncoder]:
     request = msgspec.convert({"model": "m", "max_tokens": 5, "messages": [], **body}, anthropic.MessagesRequest)
-    return anthropic.MessageReply.asked_by(request)
+    return anthropic.reply_for(request)
 
 
 def _ollama(body: dict[str, Any]) -> ReplyFormat[StreamEncoder]:
-    return ollama.ChatReply.asked_by(msgspec.json.decode(msgspec.json.encode({"model": "m", **body}), type=ollama.ChatRequest))
+    return ollama.reply_for(msgspec.json.decode(msgspec.json.encode({"model": "m", **body}), type=ollama.ChatRequest))
 
 
 def _generate(body: dict[str, Any]) -> ReplyFormat[StreamEncoder]:
     raw = msgspec.json.encode({"model": "m", "prompt": "p", **body})
-    return ollama.GenerateReply.asked_by(msgspec.json.decode(raw, type=ollama.wire.GenerateRequest))
+    return generate.reply_for(msgspec.json.decode(raw, type=ollama.wire.GenerateRequest))
 
 
 def _responses(body: dict[str, Any]) -> ReplyFormat[StreamEncoder]:

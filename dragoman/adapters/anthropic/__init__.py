@@ -11,17 +11,16 @@ from dragoman.adapters.anthropic.stream import (
     error_type,
     render_error,
     render_response,
+    reply_for,
     status_for,
     stop_reason,
 )
 from dragoman.adapters.anthropic.models import MODEL_LISTING
-from dragoman.adapters.anthropic.reply import MessageReply
 from dragoman.adapters.anthropic.wire import CountTokensRequest, MessagesRequest
 
 __all__ = [
     "DIALECT",
     "CountTokensRequest",
-    "MessageReply",
     "MessagesRequest",
     "StreamEncoder",
     "count_request",
@@ -31,6 +30,7 @@ __all__ = [
     "remote_image_urls",
     "render_error",
     "render_response",
+    "reply_for",
     "status_for",
     "stop_reason",
     "think_level_for_budget",

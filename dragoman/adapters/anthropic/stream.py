@@ -32,6 +32,7 @@ from dragoman.adapters.canonical import (
     Usage,
 )
 from dragoman.adapters.errors import ContextTooLong, DragomanError, error_for_status
+from dragoman.adapters.reply import ModelReply
 from dragoman.adapters.fragments import CallOpened, FragmentOpener, Step
 
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -48,6 +49,11 @@ def stop_reason(reason: FinishReason, *, tool_calls: bool, stop_sequence: str | 
     if stop_sequence is not None:
         return "stop_sequence"
     return "end_turn"
+
+
+def reply_for(request: wire.MessagesRequest) -> ModelReply[StreamEncoder]:
+    """The reply the request asked for: named SSE events when ``stream``, one body otherwise."""
+    return ModelReply(request.model, bool(request.stream), StreamEncoder, render_response)
 
 
 def render_response(result: ChatResult, model: str) -> bytes:

@@ -11,13 +11,13 @@ from dragoman.adapters.ollama.convert import (
     to_canonical,
     to_upstream,
 )
-from dragoman.adapters.ollama.reply import ChatReply, GenerateReply
 from dragoman.adapters.ollama.stream import (
     StreamEncoder,
     created_at,
     render_error,
     render_load_response,
     render_response,
+    reply_for,
 )
 from dragoman.adapters.ollama.upstream_reply import UpstreamStreamDecoder, parse_upstream_response
 from dragoman.adapters.ollama.wire import (
@@ -33,11 +33,9 @@ from dragoman.adapters.ollama.wire import (
 __all__ = [
     "DIALECT",
     "ChatMessage",
-    "ChatReply",
     "ChatRequest",
     "ChatResponse",
     "ErrorResponse",
-    "GenerateReply",
     "ModelOptions",
     "StreamEncoder",
     "ToolCall",
@@ -52,6 +50,7 @@ __all__ = [
     "render_error",
     "render_load_response",
     "render_response",
+    "reply_for",
     "to_canonical",
     "to_upstream",
 ]

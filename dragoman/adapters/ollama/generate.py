@@ -19,6 +19,7 @@ from dragoman.adapters.aggregate import ChatResult
 from dragoman.adapters.canonical import CompletionRequest, Finish
 from dragoman.adapters.errors import RequestError, UnsupportedFeature
 from dragoman.adapters.images import decode_base64_image
+from dragoman.adapters.reply import ModelReply
 from dragoman.adapters.ollama import wire
 from dragoman.adapters.ollama.convert import (
     keep_alive_seconds,
@@ -153,6 +154,11 @@ def _final(model: str, response: str, thinking: str | None, finish: Finish, **ex
         **extra,  # type: ignore[arg-type]
     )
     return wire.with_counts(reply, finish.usage, finish.timings)
+
+
+def reply_for(request: wire.GenerateRequest) -> ModelReply[GenerateEncoder]:
+    """The reply the request asked for: NDJSON lines unless ``stream`` is false."""
+    return ModelReply(request.model, request.stream is not False, GenerateEncoder, render_response)
 
 
 def render_response(result: ChatResult, model: str) -> bytes:

@@ -35,6 +35,7 @@ from dragoman.adapters.canonical import (
     Usage,
 )
 from dragoman.adapters.errors import DragomanError
+from dragoman.adapters.reply import ModelReply
 from dragoman.adapters.ollama import wire
 from dragoman.adapters.ollama.convert import wire_tool_call
 
@@ -210,6 +211,12 @@ def _error_line(message: str) -> bytes:
 
 
 # -- whole replies ------------------------------------------------------------------------
+
+
+def reply_for(request: wire.ChatRequest) -> ModelReply[StreamEncoder]:
+    """The reply the request asked for: NDJSON lines unless ``stream`` is false (a
+    ``null`` streams, as in Ollama), one body otherwise."""
+    return ModelReply(request.model, request.stream is not False, StreamEncoder, render_response)
 
 
 def render_response(result: ChatResult, model: str) -> bytes:

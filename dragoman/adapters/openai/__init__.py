@@ -6,8 +6,7 @@ from __future__ import annotations
 from dragoman.adapters.dialect import Dialect
 from dragoman.adapters.openai.convert import to_canonical
 from dragoman.adapters.openai.models import MODEL_LISTING
-from dragoman.adapters.openai.reply import ChatReply
-from dragoman.adapters.openai.stream import StreamEncoder, render_error, render_response
+from dragoman.adapters.openai.stream import StreamEncoder, render_error, render_response, reply_for
 from dragoman.adapters.openai.upstream_reply import UpstreamStreamDecoder, parse_upstream_error, parse_upstream_response
 from dragoman.adapters.openai.upstream_request import completion_to_upstream, to_upstream
 from dragoman.adapters.openai.wire import (
@@ -23,7 +22,6 @@ from dragoman.adapters.openai.wire import (
 __all__ = [
     "DIALECT",
     "ChatCompletionMessage",
-    "ChatReply",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
     "ChatCompletionStreamResponse",
@@ -37,6 +35,7 @@ __all__ = [
     "parse_upstream_response",
     "render_error",
     "render_response",
+    "reply_for",
     "to_canonical",
     "to_upstream",
 ]

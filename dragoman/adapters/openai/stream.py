@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 
 import msgspec
 
@@ -32,6 +33,7 @@ from dragoman.adapters.canonical import (
 )
 from dragoman.adapters.errors import DragomanError, error_for_status, openai_error_type
 from dragoman.adapters.openai import wire
+from dragoman.adapters.reply import ModelReply
 from dragoman.adapters.openai.ids import SYSTEM_FINGERPRINT, new_call_id, new_completion_id
 
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -45,6 +47,18 @@ IMPOSSIBLE_LOGPROB = -9999.0
 
 _encoder = msgspec.json.Encoder()
 _EMPTY_DELTA = wire.ChatCompletionDelta()
+
+
+def reply_for(request: wire.ChatCompletionRequest) -> ModelReply[StreamEncoder]:
+    """The reply the request asked for: SSE when ``stream``, with a usage chunk when
+    ``stream_options.include_usage``; one body otherwise."""
+    encoder = partial(StreamEncoder, include_usage=wants_usage(request))
+    return ModelReply(request.model, bool(request.stream), encoder, render_response)
+
+
+def wants_usage(request: wire.ChatCompletionRequest) -> bool:
+    """Whether a stream ends with a usage chunk (``stream_options.include_usage``)."""
+    return bool(request.stream_options and request.stream_options.include_usage)
 
 
 def render_response(result: ChatResult, model: str) -> bytes:
