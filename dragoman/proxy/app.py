@@ -51,6 +51,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     table: ModelTable | None = None
     store: ResponseStore | None = None
     metrics = Metrics(lambda: table.gauges() if table is not None else iter(()))
+    limits = open_limits(config.key_policies, config.server.redis)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -66,6 +67,8 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
             await table.lifetime.drained()
             await table.aclose()
             await store.aclose()
+            if limits is not None:
+                await limits.counters.aclose()  # Redis connections, else left to the OS at exit
             await asyncio.to_thread(stop_tracing)
 
     def provide_models() -> ModelTable:
@@ -88,7 +91,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
         open_paths += ui.open_paths()
     if config.api_keys:
         middleware.append(auth_middleware_factory(config.api_keys, open_paths))
-    if (limits := open_limits(config.key_policies, server.redis)) is not None:
+    if limits is not None:
         middleware.append(limit_keys(limits))
     cors = cors_config(server)
     app = Litestar(

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
 
+from litestar.testing import AsyncTestClient
+
 from dragoman.config.schema import KeyPolicy
+from dragoman.proxy.app import create_app
 from dragoman.proxy.key_limits import KeyLimits, LocalCounters, RateLimited
 from tests.support.redis_server import RedisServer, redis_server
 from tests.support.server import RunningServer, config_from_yaml, serve
@@ -158,3 +162,29 @@ def test_redis_down_is_a_503_and_it_recovers(replicas: tuple[RunningServer, Runn
         except openai.InternalServerError:
             assert time.monotonic() < deadline, "no recovery"
             time.sleep(0.3)
+
+
+async def test_a_stopped_app_closes_its_redis_connections(redis: RedisServer) -> None:
+    """The lifespan closes the counters' connection pool: an app that stops (a reload, a
+    replica scaled down) leaves no connection open in Redis, while the app object lives
+    on (a test client, an embedding program)."""
+    watcher = _redis_client(redis)
+    before = len(watcher.client_list())
+    config = CONFIG.format(redis=f"redis: {redis.url}").replace("- plain-key", "- {key: key-close, name: close-user, rpm: 100}")
+    app = create_app(config_from_yaml(config))
+    async with AsyncTestClient(app, base_url="http://127.0.0.1") as client:
+        body = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
+        reply = await client.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer key-close"})
+        assert reply.status_code == 200, reply.text
+        assert len(watcher.client_list()) > before  # the app's own connection
+    deadline = time.monotonic() + 5
+    while len(watcher.client_list()) > before:
+        assert time.monotonic() < deadline, f"still open after the app stopped: {watcher.client_list()}"
+        time.sleep(0.1)
+    assert app  # alive: nothing was left to the garbage collector
+
+
+def _redis_client(server: RedisServer) -> Any:
+    import redis as redis_py
+
+    return redis_py.Redis.from_url(server.url)
