@@ -17,46 +17,28 @@ Every request is recorded (method, path, Range).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from aiohttp import web
 
-from tests.support.server import free_port
+from tests.support.blob_host import StoredBytes, running_apps, send_ranged
 
 LFS_SUFFIXES = (".onnx", ".data", ".gguf", ".bin")
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-class HubFile:
+class HubFile(StoredBytes):
     def __init__(self, path: str, data: bytes | Path) -> None:
-        self.path, self.data = path, data
-        self.size = len(data) if isinstance(data, bytes) else data.stat().st_size
+        super().__init__(data)
+        self.path = path
         self.lfs = path.endswith(LFS_SUFFIXES) or self.size > 64 * 1024
-        self.sha256 = hashlib.sha256(data).hexdigest() if isinstance(data, bytes) else _file_sha256(data)
         content = self.pointer() if self.lfs else self.read(0, self.size)
         self.blob_id = hashlib.sha1(f"blob {len(content)}\0".encode() + content).hexdigest()
 
     def pointer(self) -> bytes:
         return f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {self.size}\n".encode()
-
-    def read(self, start: int, end: int) -> bytes:
-        if isinstance(self.data, bytes):
-            return self.data[start:end]
-        with self.data.open("rb") as file:
-            file.seek(start)
-            return file.read(end - start)
 
     def sibling(self) -> dict[str, object]:
         entry: dict[str, object] = {"rfilename": self.path, "size": self.size, "blobId": self.blob_id}
@@ -117,30 +99,7 @@ class Hub:
         found = files.get(request.query.get("path", ""))
         if found is None or found.sha256 != request.match_info["sha256"]:
             return web.Response(status=403, text="bad signature")
-        start = 0
-        if (ranged := request.headers.get("Range", "")).startswith("bytes="):
-            start = int(ranged.removeprefix("bytes=").split("-")[0])
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(found.size - start), "Accept-Ranges": "bytes"}
-        if start:
-            headers["Content-Range"] = f"bytes {start}-{found.size - 1}/{found.size}"
-        reply = web.StreamResponse(status=206 if start else 200, headers=headers)
-        await reply.prepare(request)
-        if request.method == "HEAD":
-            return reply
-        cut = self.drop_once.pop(found.sha256, None)
-        for offset in range(start, found.size, 1 << 20):
-            chunk = found.read(offset, min(offset + (1 << 20), found.size))
-            if found.path in self.corrupt and offset + len(chunk) == found.size:
-                chunk = chunk[:-1] + bytes([chunk[-1] ^ 0xFF])
-            if cut is not None and offset + len(chunk) > cut:
-                await reply.write(chunk[: max(cut - offset, 0)])
-                await asyncio.sleep(0.05)
-                assert request.transport is not None
-                request.transport.abort()  # the connection drops part way through the body
-                return reply
-            await reply.write(chunk)
-        await reply.write_eof()
-        return reply
+        return await send_ranged(request, found, corrupt=found.path in self.corrupt, cut=self.drop_once.pop(found.sha256, None))
 
     def _log(self, request: web.Request) -> None:
         ranged = request.headers.get("Range")
@@ -167,27 +126,5 @@ def _error(status: int, code: str, message: str, commit: str | None = None) -> w
 def running_hub() -> Iterator[Hub]:
     """The stand-in Hub and its storage, each on a free port of 127.0.0.1, in a thread."""
     hub = Hub()
-    ports = free_port(), free_port()
-    hub.url, hub.storage = (f"http://127.0.0.1:{port}" for port in ports)
-    loop = asyncio.new_event_loop()
-    runners = [web.AppRunner(hub.hub_app(), access_log=None), web.AppRunner(hub.storage_app(), access_log=None)]
-    started = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        for runner, port in zip(runners, ports, strict=True):
-            loop.run_until_complete(runner.setup())
-            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name=f"hub-{ports[0]}", daemon=True)
-    thread.start()
-    assert started.wait(10), "the stand-in Hub did not start"
-    try:
+    with running_apps("hub", hub.hub_app(), hub.storage_app()) as (hub.url, hub.storage):
         yield hub
-    finally:
-        for runner in runners:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)

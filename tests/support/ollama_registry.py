@@ -13,42 +13,25 @@ blob's digest, and it records every path asked for.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from aiohttp import web
 
-from tests.support.server import free_port
+from tests.support.blob_host import StoredBytes, running_apps, send_ranged
 
 MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG = "application/vnd.docker.container.image.v1+json"
 
 
-class Blob:
+class Blob(StoredBytes):
     def __init__(self, data: bytes | Path, media_type: str) -> None:
-        self.data, self.media_type = data, media_type
-        self.digest = "sha256:" + (hashlib.sha256(data).hexdigest() if isinstance(data, bytes) else _file_sha256(data))
-        self.size = len(data) if isinstance(data, bytes) else data.stat().st_size
-
-    def read(self, start: int, end: int) -> bytes:
-        if isinstance(self.data, bytes):
-            return self.data[start:end]
-        with self.data.open("rb") as file:
-            file.seek(start)
-            return file.read(end - start)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        super().__init__(data)
+        self.media_type = media_type
+        self.digest = "sha256:" + self.sha256
 
 
 class Registry:
@@ -97,28 +80,7 @@ class Registry:
         blob = self.blobs.get(request.match_info["digest"])
         if blob is None:
             return web.Response(status=404)
-        start = 0
-        if (ranged := request.headers.get("Range", "")).startswith("bytes="):
-            start = int(ranged.removeprefix("bytes=").split("-")[0])
-        data = blob.read(start, blob.size)
-        if blob.digest in self.corrupt:
-            data = data[:-1] + bytes([data[-1] ^ 0xFF])
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
-        if start:
-            headers["Content-Range"] = f"bytes {start}-{blob.size - 1}/{blob.size}"
-        reply = web.StreamResponse(status=206 if start else 200, headers=headers)
-        await reply.prepare(request)
-        cut = self.drop_once.pop(blob.digest, None)
-        if cut is not None:
-            await reply.write(data[:cut])
-            await asyncio.sleep(0.05)
-            assert request.transport is not None
-            request.transport.abort()  # the connection drops part way through the body
-            return reply
-        for offset in range(0, len(data), 1 << 20):
-            await reply.write(data[offset : offset + (1 << 20)])
-        await reply.write_eof()
-        return reply
+        return await send_ranged(request, blob, corrupt=blob.digest in self.corrupt, cut=self.drop_once.pop(blob.digest, None))
 
     def _log(self, request: web.Request) -> None:
         ranged = request.headers.get("Range")
@@ -136,25 +98,5 @@ class Registry:
 def running_registry() -> Iterator[Registry]:
     """The stand-in on a free port of 127.0.0.1, in a thread of its own."""
     registry = Registry()
-    port = free_port()
-    registry.url = f"http://127.0.0.1:{port}"
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(registry.app(), access_log=None)
-    started = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name=f"registry-{port}", daemon=True)
-    thread.start()
-    assert started.wait(10), "the stand-in registry did not start"
-    try:
+    with running_apps("registry", registry.app()) as (registry.url,):
         yield registry
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
