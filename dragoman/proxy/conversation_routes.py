@@ -71,11 +71,11 @@ async def update_conversation(
 ) -> Conversation:
     metadata = checked_metadata(data.metadata)
     owner = owner_of(request, models)
-    async with conversations.writing(response_store):
-        conversation, items = await conversations.load(response_store, conversation_id, owner)
-        conversation = Conversation(id=conversation.id, created_at=conversation.created_at, metadata=metadata)
-        await conversations.save(response_store, conversation, items, owner)
-    return conversation
+
+    def relabel(conversation: Conversation, items: list[dict[str, Any]]) -> tuple[Conversation, list[dict[str, Any]]]:
+        return Conversation(id=conversation.id, created_at=conversation.created_at, metadata=metadata), items
+
+    return await conversations.change(response_store, conversation_id, owner, relabel)
 
 
 @delete("/conversations/{conversation_id:str}", status_code=200, summary="Delete a conversation", tags=_TAGS,
@@ -131,14 +131,14 @@ async def delete_item(
     request: Request[Any, Any, Any], conversation_id: FromPath[str], item_id: FromPath[str],
     models: NamedDependency[ModelTable], response_store: NamedDependency[ResponseStore],
 ) -> Conversation:
-    owner = owner_of(request, models)
-    async with conversations.writing(response_store):
-        conversation, items = await conversations.load(response_store, conversation_id, owner)
+
+    def without(conversation: Conversation, items: list[dict[str, Any]]) -> tuple[Conversation, list[dict[str, Any]]]:
         kept = [item for item in items if item.get("id") != item_id]
         if len(kept) == len(items):
             raise ItemNotFound(conversation_id, item_id)
-        await conversations.save(response_store, conversation, kept, owner)
-    return conversation
+        return conversation, kept
+
+    return await conversations.change(response_store, conversation_id, owner_of(request, models), without)
 
 
 def _listing(page: list[dict[str, Any]], *, has_more: bool) -> wire.ItemList:

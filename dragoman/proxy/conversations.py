@@ -4,16 +4,14 @@ a conversation has the store's owner isolation, ``max_age`` and ``max_bytes`` bo
 pruning, exactly as a stored response. A row's age is that of its last change: a
 conversation in use does not expire under its users.
 
-Adding items reads the row, extends it and writes it back; one lock per process orders
-those writes, so two turns finishing together both land (with several server processes
-on one file, two turns finishing at the same instant can still race: see
-docs/dialects.md)."""
+A change (items added or deleted, metadata set) reads the row, changes it and writes it
+back as one transaction of the store (:meth:`ResponseStore.update`), so turns finishing
+together through any server processes or replicas sharing the store all land."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-import weakref
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -28,7 +26,9 @@ log = structlog.get_logger("dragoman.responses")
 PREFIX = "conv_"
 _items = msgspec.json.Decoder(list[dict[str, Any]])
 _conversation = msgspec.json.Decoder(Conversation)
-_locks: weakref.WeakKeyDictionary[ResponseStore, asyncio.Lock] = weakref.WeakKeyDictionary()
+# A conversation and its items, changed: run inside the store's write transaction, so
+# what it reads is the latest and an error it raises changes nothing.
+Edit = Callable[[Conversation, list[dict[str, Any]]], tuple[Conversation, list[dict[str, Any]]]]
 
 
 class ConversationNotFound(DragomanError):
@@ -88,19 +88,31 @@ async def save(store: ResponseStore, conversation: Conversation, items: list[dic
         raise ConversationNotKept(conversation.id)
 
 
-async def append(store: ResponseStore, conversation_id: str, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add ``items`` at the end; the conversation's items after."""
-    async with writing(store):
-        conversation, held = await load(store, conversation_id, owner)
-        held = [*held, *items]
-        await save(store, conversation, held, owner)
-        return held
+async def change(store: ResponseStore, conversation_id: str, owner: str, edit: Edit) -> Conversation:
+    """The conversation after ``edit``, applied to its latest state and written in one
+    transaction of the store."""
+    if isinstance(store, NoStore):
+        raise StoreOff()
+    if not conversation_id.startswith(PREFIX):
+        raise ConversationNotFound(conversation_id)
+    edited: list[Conversation] = []
+
+    def on_row(row: StoredResponse) -> StoredResponse:
+        conversation, items = edit(_conversation.decode(row.response), _items.decode(row.input))
+        edited[:] = [conversation]
+        return StoredResponse(row.id, time.time(), msgspec.json.encode(conversation), msgspec.json.encode(items), owner)
+
+    kept = await store.update(conversation_id, owner, on_row)
+    if kept is None:
+        raise ConversationNotFound(conversation_id)
+    if not kept:
+        raise ConversationNotKept(conversation_id)
+    return edited[0]
 
 
-def writing(store: ResponseStore) -> asyncio.Lock:
-    """Held around a read, change and write of a conversation's row (one per store, so
-    per application and its event loop)."""
-    return _locks.setdefault(store, asyncio.Lock())
+async def append(store: ResponseStore, conversation_id: str, owner: str, items: list[dict[str, Any]]) -> None:
+    """Add ``items`` at the end."""
+    await change(store, conversation_id, owner, lambda conversation, held: (conversation, [*held, *items]))
 
 
 async def append_turn(store: ResponseStore, conversation_id: str, owner: str, items: list[dict[str, Any]]) -> bool:

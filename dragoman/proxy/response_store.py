@@ -56,12 +56,23 @@ class StoredResponse(msgspec.Struct, frozen=True):
     owner: str = ""  # proxy.auth.key_owner of the key that stored it
 
 
+# A row's new content from its current one, run inside the store's write transaction.
+Change = Callable[[StoredResponse], StoredResponse]
+
+
 @runtime_checkable
 class ResponseStore(Protocol):
-    """What the routes need; SQLite is the one built. A shared database for several
-    replicas would be another implementation of these four calls."""
+    """What the routes need: SQLite (this module) for one machine, PostgreSQL
+    (response_store_postgres.py) shared by replicas."""
 
     async def put(self, stored: StoredResponse) -> bool: ...
+
+    async def update(self, row_id: str, owner: str, change: Change) -> bool | None:
+        """Read one row, ``change`` it and write it back as one transaction of the
+        store, so that changes made at once through any process all land. None when no
+        such row is there for ``owner``; False when the changed row was not kept (as
+        ``put``); an exception ``change`` raises leaves the row as it was."""
+        ...
 
     async def get(self, response_id: str, owner: str = "") -> StoredResponse | None: ...
 
@@ -75,6 +86,9 @@ class NoStore:
 
     async def put(self, stored: StoredResponse) -> bool:
         return False
+
+    async def update(self, row_id: str, owner: str, change: Change) -> bool | None:
+        return None
 
     async def get(self, response_id: str, owner: str = "") -> StoredResponse | None:
         return None
@@ -97,7 +111,14 @@ class SqliteStore:
     async def put(self, stored: StoredResponse) -> bool:
         """Keep ``stored``; False (and a log line) when it was not kept: over ``max_bytes``
         alone, or pushed out at once by its own key's share of the bound."""
-        return await self._run(self._put, stored)
+        return await self._run(self._kept, lambda db: stored)
+
+    async def update(self, row_id: str, owner: str, change: Change) -> bool | None:
+        def changed(db: sqlite3.Connection) -> StoredResponse | None:
+            row = self._select(db, row_id, owner)
+            return None if row is None else change(row)
+
+        return await self._run(self._kept, changed)
 
     async def get(self, response_id: str, owner: str = "") -> StoredResponse | None:
         return await self._run(self._get, response_id, owner)
@@ -132,23 +153,30 @@ class SqliteStore:
             self._db = db
         return self._db
 
-    def _put(self, stored: StoredResponse) -> bool:
-        size = len(stored.response) + len(stored.input)
-        if size > self.max_bytes:
-            log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
-            return False
+    def _kept(self, make: Callable[[sqlite3.Connection], StoredResponse | None]) -> bool | None:
+        """Writes the row ``make`` gives, in the write transaction ``make`` reads in
+        (``BEGIN IMMEDIATE``: one writer at a time across processes on the file); None
+        when it gives none."""
         db = self._connection()
         try:
             with _transaction(db):
+                stored = make(db)
+                if stored is None:
+                    return None
+                size = len(stored.response) + len(stored.input)
+                if size > self.max_bytes:
+                    log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
+                    return False
                 db.execute(
                     "INSERT OR REPLACE INTO responses (id, created_at, size, response, input, owner) VALUES (?, ?, ?, ?, ?, ?)",
                     (stored.id, stored.created_at, size, stored.response, stored.input, stored.owner),
                 )
                 if stored.id in self._prune(db):
-                    raise _PushedOut  # rolled back: the older rows it would have cost stay
-        except _PushedOut:
+                    raise _PushedOut(stored.id, size)  # rolled back: the older rows it would have cost stay
+        except _PushedOut as out:
+            row_id, size = out.args
             log.warning("response not stored: its key already holds more of max_bytes than the others",
-                        response_id=stored.id, bytes=size, max_bytes=self.max_bytes)  # fmt: skip
+                        response_id=row_id, bytes=size, max_bytes=self.max_bytes)  # fmt: skip
             return False
         return True
 
@@ -162,7 +190,10 @@ class SqliteStore:
         return doomed
 
     def _get(self, response_id: str, owner: str) -> StoredResponse | None:
-        row = self._connection().execute(
+        return self._select(self._connection(), response_id, owner)
+
+    def _select(self, db: sqlite3.Connection, response_id: str, owner: str) -> StoredResponse | None:
+        row = db.execute(
             "SELECT id, created_at, response, input, owner FROM responses WHERE id = ? AND owner = ? AND created_at >= ?",
             (response_id, owner, time.time() - self.max_age),
         ).fetchone()

@@ -15,12 +15,13 @@ once it is back.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
 from dragoman.adapters.errors import Overloaded
-from dragoman.proxy.response_store import StoredResponse, _evictions
+from dragoman.proxy.response_store import Change, StoredResponse, _evictions
 
 log = structlog.get_logger("dragoman.responses")
 
@@ -61,13 +62,33 @@ class PostgresStore:
         self._ready = False
 
     async def put(self, stored: StoredResponse) -> bool:
-        size = len(stored.response) + len(stored.input)
-        if size > self.max_bytes:
-            log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
-            return False
+        async def given(db: Any) -> StoredResponse:
+            return stored
+
+        kept = await self._kept(given)
+        return bool(kept)
+
+    async def update(self, row_id: str, owner: str, change: Change) -> bool | None:
+        async def changed(db: Any) -> StoredResponse | None:
+            row = await self._select(db, row_id, owner, lock=True)
+            return None if row is None else change(row)
+
+        return await self._kept(changed)
+
+    async def _kept(self, make: Callable[[Any], Awaitable[StoredResponse | None]]) -> bool | None:
+        """Writes the row ``make`` gives, in the transaction ``make`` reads in, which
+        holds the write lock first: every replica's writes are one after another, so a
+        row read here is the latest. None when ``make`` gives none."""
         try:
             async with self._connection() as db, db.transaction():
                 await db.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                stored = await make(db)
+                if stored is None:
+                    return None
+                size = len(stored.response) + len(stored.input)
+                if size > self.max_bytes:
+                    log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
+                    return False
                 await db.execute(
                     "INSERT INTO dragoman_responses (id, created_at, size, response, input, owner) "
                     "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET created_at = EXCLUDED.created_at, "
@@ -75,21 +96,25 @@ class PostgresStore:
                     (stored.id, stored.created_at, size, stored.response, stored.input, stored.owner),
                 )
                 if stored.id in await self._prune(db):
-                    raise _PushedOut  # rolled back: the older rows it would have cost stay
-        except _PushedOut:
+                    raise _PushedOut(stored.id, size)  # rolled back: the older rows it would have cost stay
+        except _PushedOut as out:
+            row_id, size = out.args
             log.warning("response not stored: its key already holds more of max_bytes than the others",
-                        response_id=stored.id, bytes=size, max_bytes=self.max_bytes)  # fmt: skip
+                        response_id=row_id, bytes=size, max_bytes=self.max_bytes)  # fmt: skip
             return False
         return True
 
     async def get(self, response_id: str, owner: str = "") -> StoredResponse | None:
         async with self._connection() as db:
-            cursor = await db.execute(
-                "SELECT id, created_at, response, input, owner FROM dragoman_responses "
-                "WHERE id = %s AND owner = %s AND created_at >= %s",
-                (response_id, owner, time.time() - self.max_age),
-            )
-            row = await cursor.fetchone()
+            return await self._select(db, response_id, owner)
+
+    async def _select(self, db: Any, response_id: str, owner: str, *, lock: bool = False) -> StoredResponse | None:
+        cursor = await db.execute(
+            "SELECT id, created_at, response, input, owner FROM dragoman_responses "
+            "WHERE id = %s AND owner = %s AND created_at >= %s" + (" FOR UPDATE" if lock else ""),
+            (response_id, owner, time.time() - self.max_age),
+        )
+        row = await cursor.fetchone()
         return StoredResponse(row[0], row[1], bytes(row[2]), bytes(row[3]), row[4]) if row else None
 
     async def delete(self, response_id: str, owner: str = "") -> bool:

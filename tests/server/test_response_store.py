@@ -63,6 +63,56 @@ async def test_put_get_delete(make_store: Callable[..., Store]) -> None:
         await store.aclose()
 
 
+async def test_update_reads_changes_and_writes_one_row(make_store: Callable[..., Store]) -> None:
+    store = make_store(max_age=60, max_bytes=100)
+    try:
+        assert await store.put(StoredResponse("a", time.time(), b"r", b"[1]", "alice"))
+
+        def grow(found: StoredResponse) -> StoredResponse:
+            return StoredResponse(found.id, time.time(), found.response, found.input[:-1] + b",2]", found.owner)
+
+        assert await store.update("a", "alice", grow) is True
+        assert (await store.get("a", "alice")).input == b"[1,2]"  # type: ignore[union-attr]
+        assert await store.update("a", "bob", grow) is None  # another key's row is not there for it
+        assert await store.update("missing", "alice", grow) is None
+
+        def too_big(found: StoredResponse) -> StoredResponse:
+            return StoredResponse(found.id, time.time(), b"x" * 200, found.input, found.owner)
+
+        assert await store.update("a", "alice", too_big) is False
+        assert (await store.get("a", "alice")).input == b"[1,2]"  # type: ignore[union-attr]
+
+        def refuses(found: StoredResponse) -> StoredResponse:
+            raise LookupError("no such item")
+
+        with pytest.raises(LookupError):
+            await store.update("a", "alice", refuses)
+        assert (await store.get("a", "alice")).input == b"[1,2]"  # type: ignore[union-attr]
+        assert await store.update("a", "alice", grow) is True  # the store is still usable after the rollback
+    finally:
+        await store.aclose()
+
+
+async def test_updates_through_two_stores_on_one_database_all_land(make_store: Callable[..., Store]) -> None:
+    """Two stores on one file or database, as two server processes or replicas hold them."""
+    first = make_store(max_age=60, max_bytes=1 << 20)
+    second = make_store(max_age=60, max_bytes=1 << 20) if isinstance(first, SqliteStore) else PostgresStore(
+        first._pool.conninfo, max_age=60, max_bytes=1 << 20)  # fmt: skip
+    try:
+        assert await first.put(StoredResponse("c", time.time(), b"r", b""))
+
+        def add(n: int) -> Callable[[StoredResponse], StoredResponse]:
+            return lambda found: StoredResponse(found.id, time.time(), found.response, found.input + b"%d," % n, found.owner)
+
+        results = await asyncio.gather(*((first, second)[n % 2].update("c", "", add(n)) for n in range(40)))
+        assert results == [True] * 40
+        written = (await second.get("c")).input.decode().rstrip(",").split(",")  # type: ignore[union-attr]
+        assert sorted(map(int, written)) == list(range(40))
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
 async def test_sqlite_keeps_a_write_ahead_log(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.sqlite3", max_age=60, max_bytes=1 << 20)
     try:
