@@ -73,6 +73,27 @@ def test_a_pull_writes_an_ollama_store_and_reports_as_ollama_does(stand_in: Regi
     assert stand_in.requests == ["GET /v2/library/tiny/manifests/1b"]
 
 
+def test_two_processes_pulling_one_model_at_once_both_get_it_whole(stand_in: Registry, tmp_path: Path) -> None:
+    """Two server processes (server.workers) or a server and ``dragoman models pull``: one
+    downloads each blob, the other waits for it (a lock file per blob), rather than both
+    writing one -partial file."""
+    weights, manifest = _add_tiny(stand_in)
+    stand_in.pace = 0.3  # the model blob takes about a second: the two pulls overlap
+    code = ("import asyncio, pathlib, sys; from dragoman.backends.onnx.prepare import registry; "
+            "asyncio.run(registry.pull('tiny:1b', registry=sys.argv[1], home=pathlib.Path(sys.argv[2])))")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    pulls = [subprocess.Popen([sys.executable, "-c", code, stand_in.url, str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]  # fmt: skip
+    for pull in pulls:
+        output, _ = pull.communicate(timeout=120)
+        assert pull.returncode == 0, output
+    digest = manifest["layers"][0]["digest"]  # type: ignore[index]
+    store = ollama_store.pulled_store(tmp_path)
+    assert (store / "blobs" / f"sha256-{digest[7:]}").read_bytes() == weights
+    assert not list(store.glob("blobs/*partial*"))
+    assert stand_in.requests.count(f"GET /cdn/{digest}") == 1, stand_in.requests
+
+
 def test_a_dropped_connection_resumes_with_range(stand_in: Registry, tmp_path: Path) -> None:
     weights, manifest = _add_tiny(stand_in)
     digest = str(manifest["layers"][0]["digest"])  # type: ignore[index]

@@ -45,11 +45,12 @@ def _file_sha256(path: Path) -> str:
 
 
 async def send_ranged(
-    request: web.Request, stored: StoredBytes, *, corrupt: bool = False, cut: int | None = None
+    request: web.Request, stored: StoredBytes, *, corrupt: bool = False, cut: int | None = None, pace: float = 0.0
 ) -> web.StreamResponse:
     """``stored`` from the ``Range`` start the request asks (``bytes=N-``), 206 then; the
     last byte flipped when ``corrupt``; the connection aborted once ``cut`` bytes of the
-    blob (counted from its start) have gone out."""
+    blob (counted from its start) have gone out; ``pace`` seconds between chunks (a slow
+    link, so that downloads overlap)."""
     start = 0
     if (ranged := request.headers.get("Range", "")).startswith("bytes="):
         start = int(ranged.removeprefix("bytes=").split("-")[0])
@@ -71,6 +72,8 @@ async def send_ranged(
             request.transport.abort()  # the connection drops part way through the body
             return reply
         await reply.write(chunk)
+        if pace:
+            await asyncio.sleep(pace)
     await reply.write_eof()
     return reply
 

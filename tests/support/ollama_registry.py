@@ -41,6 +41,7 @@ class Registry:
         self.requests: list[str] = []  # "GET /path (Range: …)"
         self.drop_once: dict[str, int] = {}  # digest → bytes sent before the connection drops
         self.corrupt: set[str] = set()  # digests served with their last byte flipped
+        self.pace = 0.0  # seconds between 1 MiB chunks of a blob
         self.url = ""
 
     def add(self, name: str, layers: list[tuple[str, bytes | Path]], config: dict[str, object] | None = None) -> dict[str, object]:
@@ -80,7 +81,7 @@ class Registry:
         blob = self.blobs.get(request.match_info["digest"])
         if blob is None:
             return web.Response(status=404)
-        return await send_ranged(request, blob, corrupt=blob.digest in self.corrupt, cut=self.drop_once.pop(blob.digest, None))
+        return await send_ranged(request, blob, corrupt=blob.digest in self.corrupt, cut=self.drop_once.pop(blob.digest, None), pace=self.pace)
 
     def _log(self, request: web.Request) -> None:
         ranged = request.headers.get("Range")

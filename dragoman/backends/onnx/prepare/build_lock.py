@@ -3,63 +3,30 @@
 started take ``<home>/build.lock`` before the heavy half begins, so N builds never pass
 their memory checks together and then need N times the memory.
 
-The lock is the operating system's (``fcntl.flock``; ``msvcrt.locking`` on Windows):
-a process that dies, however it dies, lets go of it. A waiting build polls, and says
-once which build it waits for (``build.lock.who`` holds the holder's description).
+The lock is the operating system's (:mod:`file_lock`): a process that dies, however it
+dies, lets go of it. A waiting build polls, and says once which build it waits for (``build.lock.who`` holds the holder's description).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-POLL_SECONDS = 0.5
-
-
-def _try_lock(fd: int) -> bool:
-    if sys.platform == "win32":
-        import msvcrt
-
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-    import fcntl
-
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _unlock(fd: int) -> None:
-    if sys.platform == "win32":
-        import msvcrt
-
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-    else:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_UN)
+from dragoman.backends.onnx.prepare.file_lock import POLL_SECONDS, open_lock_file, try_lock, unlock
 
 
 @contextlib.contextmanager
 def build_lock(home: Path, what: str, on_wait: Callable[[str], None]) -> Iterator[None]:
     """Hold the home's build lock for the block; ``on_wait`` gets one line when another
     build holds it (then this one waits for it to end)."""
-    home.mkdir(parents=True, exist_ok=True)
     who = home / "build.lock.who"
-    fd = os.open(home / "build.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(home / "build.lock")
     try:
         told = False
-        while not _try_lock(fd):
+        while not try_lock(fd):
             if not told:
                 try:
                     holder = who.read_text(encoding="utf-8", errors="replace")[:300].strip() or "another build"
@@ -76,6 +43,6 @@ def build_lock(home: Path, what: str, on_wait: Callable[[str], None]) -> Iterato
         finally:
             with contextlib.suppress(OSError):
                 who.unlink()
-            _unlock(fd)
+            unlock(fd)
     finally:
         os.close(fd)

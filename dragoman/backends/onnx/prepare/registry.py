@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from dragoman.backends.onnx.prepare import ollama_store
+from dragoman.backends.onnx.prepare import file_lock, ollama_store
 from dragoman.backends.onnx.prepare.support import PrepareError, check_resources, human_bytes
 from dragoman.backends.pull_progress import PullProgress
 
@@ -86,7 +86,9 @@ async def pull(text: str, *, registry: str, home: Path | None = None, report: Re
         ollama_store.model_layer(manifest, name)
         _check_disk(store, name, _missing_bytes(store, layers))
         for layer in layers:
-            async with _lock(layer.digest):
+            # One download of a blob at a time, across this machine's processes and pulls:
+            # two would append to one -partial file.
+            async with file_lock.held(store / ".locks" / f"{layer.digest.replace(':', '-')}.lock"):
                 await _blob(client, f"{base}/v2/{name.namespace}/{name.model}/blobs/{layer.digest}", store, name, layer, say)
     say(PullProgress(status="verifying sha256 digest"))  # each blob was, as it arrived
     say(PullProgress(status="writing manifest"))
@@ -259,16 +261,6 @@ def _write_manifest(store: Path, name: ollama_store.OllamaName, raw: bytes) -> N
     temporary = path.with_name(f".{path.name}.partial")
     temporary.write_bytes(raw)
     os.replace(temporary, path)
-
-
-_locks: dict[tuple[int, str], asyncio.Lock] = {}
-
-
-def _lock(digest: str) -> asyncio.Lock:
-    """One download of a blob at a time in this event loop (two pulls of one model would
-    otherwise append to one partial file)."""
-    key = (id(asyncio.get_running_loop()), digest)
-    return _locks.setdefault(key, asyncio.Lock())
 
 
 __all__ = ["DEFAULT_REGISTRY", "address", "configure", "pull"]
