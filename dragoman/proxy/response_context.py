@@ -4,13 +4,15 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
+import structlog
 from litestar import Request
 
 from dragoman.adapters import responses
-from dragoman.adapters.errors import DragomanError
+from dragoman.adapters.errors import DragomanError, RequestError
 from dragoman.adapters.responses import wire
 from dragoman.adapters.responses.compaction import latest_compaction_view
 from dragoman.adapters.responses.conversations import conversation_id
@@ -20,8 +22,20 @@ from dragoman.proxy.models import ModelTable
 from dragoman.proxy import conversations
 from dragoman.proxy.response_store import ResponseStore, StoredResponse
 
+log = structlog.get_logger("dragoman.responses")
+
 _item_list = msgspec.json.Decoder(list[dict[str, Any]])
 _output_decoder = msgspec.json.Decoder(wire.ResponseOutput)
+
+
+RUNNING = ("queued", "in_progress")
+
+
+class _Status(msgspec.Struct):
+    status: str | None = None
+
+
+_status = msgspec.json.Decoder(_Status)
 
 
 class ResponseNotFound(DragomanError):
@@ -34,6 +48,36 @@ class ResponseNotFound(DragomanError):
             param=param,
             code="response_not_found",
         )
+
+
+class RunsElsewhere(DragomanError):
+    """A background response running in another server process of this store (another of
+    ``server.workers``, or a replica): its events are in that process's memory."""
+
+    status = 409
+
+    def __init__(self, response_id: str, what: str, param: str | None = None) -> None:
+        super().__init__(
+            f"response '{response_id}' is a background response running in another server process "
+            f"(server.workers or a replica); {what}", param=param, code="response_runs_elsewhere",
+        )  # fmt: skip
+
+
+def stored_status(row: StoredResponse) -> str | None:
+    """The ``status`` of a stored response object (``queued`` and ``in_progress`` while a
+    background run holds it)."""
+    return _status.decode(row.response).status
+
+
+async def store_response(store: ResponseStore, response_id: str, body: bytes, context: bytes, owner: str) -> bool:
+    """Whether the response was kept. When it was not (too big for the store, or the disk
+    failed) the reply says ``store: false``, which the SDKs parse, rather than a 413 that
+    would throw the generated answer away, or a ``store: true`` whose id then 404s."""
+    try:
+        return await store.put(StoredResponse(response_id, time.time(), body, context, owner))
+    except Exception as exc:  # the reply itself is good; a full disk must not cut it
+        log.error("could not store the response", response_id=response_id, error=str(exc))
+        return False
 
 
 def owner_of(request: Request[Any, Any, Any], models: ModelTable) -> str:
@@ -56,6 +100,11 @@ async def history_of(store: ResponseStore, request: wire.ResponsesRequest, owner
     stored = await get_response(store, previous_id, owner)
     if stored is None:
         raise ResponseNotFound(previous_id, param="previous_response_id")
+    if (status := stored_status(stored)) in RUNNING:
+        raise RequestError(
+            f"previous_response_id: response '{previous_id}' is still {status} (a background response); "
+            "poll it until it completes, then continue from it", param="previous_response_id",
+        )  # fmt: skip
     earlier = _output_decoder.decode(stored.response)
     return latest_compaction_view([*_item_list.decode(stored.input), *responses.output_items(earlier)])
 

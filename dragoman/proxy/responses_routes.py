@@ -9,8 +9,6 @@ from the stored items; a missing or expired id is a 404 before any work starts.
 
 from __future__ import annotations
 
-import time
-from functools import partial
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -36,8 +34,10 @@ from dragoman.adapters.responses.conversations import conversation_id
 from dragoman.proxy import background
 from dragoman.proxy.auto_compaction import compact_if_over
 from dragoman.proxy.conversations import append_turn, is_conversation
-from dragoman.proxy.response_context import ResponseNotFound, fetched_images, get_response, history_of, owner_of
-from dragoman.proxy.response_store import NoStore, ResponseStore, StoredResponse
+from dragoman.proxy.response_context import (
+    RUNNING, ResponseNotFound, RunsElsewhere, fetched_images, get_response, history_of, owner_of, store_response, stored_status,
+)  # fmt: skip
+from dragoman.proxy.response_store import NoStore, ResponseStore
 
 log = structlog.get_logger("dragoman.responses")
 
@@ -88,9 +88,8 @@ async def create_response(
 
     if data.background:
         background.check_background(data, keep)
-        keep_cancelled = partial(_keep_response, response_store, context=context, owner=owner)
         return await background.start(
-            request, data, models, canonical, kept_frames, owner, credential.authorization, record, keep_cancelled,
+            request, data, models, canonical, kept_frames, owner, credential.authorization, record, response_store, context,
             compaction=compacted.item if compacted else None,
         )
     chat = await start_chat(models, canonical, record, authorization=credential.authorization)
@@ -101,7 +100,7 @@ async def create_response(
     async def kept_body(result: ChatResult) -> bytes:
         response = reply.response(result)
         body = responses.encode_response(response)
-        if keep and not await _store(response_store, response.id, body, context, owner):
+        if keep and not await store_response(response_store, response.id, body, context, owner):
             body = responses.encode_response(msgspec.structs.replace(response, store=False))
         if meta.conversation is not None:
             await append_turn(response_store, meta.conversation, owner, [*turn, *responses.output_items(response)])
@@ -123,6 +122,9 @@ async def retrieve_response(
     if stored is None:
         raise ResponseNotFound(response_id)
     if request.query_params.get("stream") in ("true", "1"):
+        if stored_status(stored) in RUNNING:
+            raise RunsElsewhere(response_id, "its events stream from that process only; poll without stream=true "
+                                "until it ends", param="stream")  # fmt: skip
         raise RequestError(
             "stream: only a background response, while it runs and for a while after, can be streamed again; omit stream",
             param="stream",
@@ -182,7 +184,7 @@ async def _stored_stream(
     async for frame in frames:
         if store is not None and not stored and encoder.final is not None:
             stored = True  # before the frame that ends the stream goes out
-            if not await _store(store, encoder.final.id, responses.encode_response(encoder.final), context, owner):
+            if not await store_response(store, encoder.final.id, responses.encode_response(encoder.final), context, owner):
                 frame = encoder.unstored(frame)
         yield frame
 
@@ -198,21 +200,6 @@ async def _added_to_conversation(
             added = True
             await append_turn(store, conversation, owner, [*turn, *responses.output_items(encoder.final)])
         yield frame
-
-
-async def _keep_response(store: ResponseStore, final: wire.Response, *, context: bytes, owner: str) -> bool:
-    return await _store(store, final.id, responses.encode_response(final), context, owner)
-
-
-async def _store(store: ResponseStore, response_id: str, body: bytes, context: bytes, owner: str) -> bool:
-    """Whether the response was kept. When it was not (too big for the store, or the disk
-    failed) the reply says ``store: false``, which the SDKs parse, rather than a 413 that
-    would throw the generated answer away, or a ``store: true`` whose id then 404s."""
-    try:
-        return await store.put(StoredResponse(response_id, time.time(), body, context, owner))
-    except Exception as exc:  # the reply itself is good; a full disk must not cut it
-        log.error("could not store the response", response_id=response_id, error=str(exc))
-        return False
 
 
 responses_router = Router(
