@@ -45,12 +45,14 @@ def buildable(name: str) -> Build | None:
     return hf_build.pull_build(name) if hf_names.is_hf(name) else pull_build(name)
 
 
-def configure_registry(address: str) -> None:
+def configure_registry(address: str) -> str:
     """Where a pull of a name not on this machine downloads from (``server.registry``;
-    empty: nowhere)."""
+    empty: nowhere); the address it replaces."""
     from dragoman.backends.onnx.prepare import registry
 
+    previous = registry.address()
     registry.configure(address)
+    return previous
 
 
 _STAGE = re.compile(r"\[(\d+)/(\d+)\]\s*(?:\[[#.]*\]\s*)?(.*?)…?\s*$")

@@ -57,7 +57,10 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         nonlocal table, store
         table = ModelTable(config, backend_factory)
-        configure_registry(config.server.registry)  # where pulls of names not on this machine go
+        # Where pulls of names not on this machine go. Process-wide (the command line's
+        # pulls read it too), so put back when the app stops: an app made and stopped
+        # inside another (a test, an embedding program) does not change the outer one's.
+        previous_registry = configure_registry(config.server.registry)
         store = open_store(config.server.responses)
         app.state.models = table
         try:
@@ -70,6 +73,7 @@ def create_app(config: Config, *, backend_factory: BackendFactory = build_backen
             if limits is not None:
                 await limits.counters.aclose()  # Redis connections, else left to the OS at exit
             await asyncio.to_thread(stop_tracing)
+            configure_registry(previous_registry)
 
     def provide_models() -> ModelTable:
         assert table is not None, "the app's lifespan has not started"

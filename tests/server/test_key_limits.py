@@ -16,6 +16,7 @@ import pytest
 
 from litestar.testing import AsyncTestClient
 
+from dragoman.backends.onnx.prepare import registry
 from dragoman.config.schema import KeyPolicy
 from dragoman.proxy.app import create_app
 from dragoman.proxy.key_limits import KeyLimits, LocalCounters, RateLimited
@@ -171,6 +172,10 @@ async def test_a_stopped_app_closes_its_redis_connections(redis: RedisServer) ->
     watcher = _redis_client(redis)
     before = len(watcher.client_list())
     config = CONFIG.format(redis=f"redis: {redis.url}").replace("- plain-key", "- {key: key-close, name: close-user, rpm: 100}")
+    # Built without tests.support.server, which blanks the public registry: a local address
+    # nothing answers, and the process-wide one is put back when the app stops.
+    config = config.replace("server:\n", 'server:\n  registry: "http://127.0.0.1:9"\n')
+    outer_registry = registry.address()
     app = create_app(config_from_yaml(config))
     async with AsyncTestClient(app, base_url="http://127.0.0.1") as client:
         body = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
@@ -182,6 +187,7 @@ async def test_a_stopped_app_closes_its_redis_connections(redis: RedisServer) ->
         assert time.monotonic() < deadline, f"still open after the app stopped: {watcher.client_list()}"
         time.sleep(0.1)
     assert app  # alive: nothing was left to the garbage collector
+    assert registry.address() == outer_registry
 
 
 def _redis_client(server: RedisServer) -> Any:
