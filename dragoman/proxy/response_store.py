@@ -111,6 +111,8 @@ class SqliteStore:
     async def put(self, stored: StoredResponse) -> bool:
         """Keep ``stored``; False (and a log line) when it was not kept: over ``max_bytes``
         alone, or pushed out at once by its own key's share of the bound."""
+        if _over_bound(stored, self.max_bytes):
+            return False  # before the write transaction: a refused row takes no lock
         return await self._run(self._kept, lambda db: stored)
 
     async def update(self, row_id: str, owner: str, change: Change) -> bool | None:
@@ -163,20 +165,17 @@ class SqliteStore:
                 stored = make(db)
                 if stored is None:
                     return None
-                size = len(stored.response) + len(stored.input)
-                if size > self.max_bytes:
-                    log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
+                if _over_bound(stored, self.max_bytes):
                     return False
+                size = len(stored.response) + len(stored.input)
                 db.execute(
                     "INSERT OR REPLACE INTO responses (id, created_at, size, response, input, owner) VALUES (?, ?, ?, ?, ?, ?)",
                     (stored.id, stored.created_at, size, stored.response, stored.input, stored.owner),
                 )
                 if stored.id in self._prune(db):
-                    raise _PushedOut(stored.id, size)  # rolled back: the older rows it would have cost stay
+                    raise _PushedOut(stored, size)
         except _PushedOut as out:
-            row_id, size = out.args
-            log.warning("response not stored: its key already holds more of max_bytes than the others",
-                        response_id=row_id, bytes=size, max_bytes=self.max_bytes)  # fmt: skip
+            out.log(self.max_bytes)
             return False
         return True
 
@@ -228,8 +227,25 @@ def _evictions(held: dict[str, int], max_bytes: int, oldest_first: Callable[[str
     return doomed
 
 
+def _over_bound(stored: StoredResponse, max_bytes: int) -> bool:
+    """Whether ``stored`` alone is over ``max_bytes`` (said in the log): never written."""
+    size = len(stored.response) + len(stored.input)
+    if size > max_bytes:
+        log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=max_bytes)
+    return size > max_bytes
+
+
 class _PushedOut(Exception):
-    """The row just written is among those its own write evicts."""
+    """The row just written is among those its own write evicts: its transaction is
+    rolled back, so the older rows it would have cost stay."""
+
+    def __init__(self, stored: StoredResponse, size: int) -> None:
+        super().__init__(stored.id)
+        self.row_id, self.size = stored.id, size
+
+    def log(self, max_bytes: int) -> None:
+        log.warning("response not stored: its key already holds more of max_bytes than the others",
+                    response_id=self.row_id, bytes=self.size, max_bytes=max_bytes)  # fmt: skip
 
 
 class _transaction:

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from dragoman.adapters.errors import Overloaded
-from dragoman.proxy.response_store import Change, StoredResponse, _evictions
+from dragoman.proxy.response_store import Change, StoredResponse, _evictions, _over_bound, _PushedOut
 
 log = structlog.get_logger("dragoman.responses")
 
@@ -62,11 +62,13 @@ class PostgresStore:
         self._ready = False
 
     async def put(self, stored: StoredResponse) -> bool:
+        if _over_bound(stored, self.max_bytes):
+            return False  # before the write transaction: a refused row takes no lock
+
         async def given(db: Any) -> StoredResponse:
             return stored
 
-        kept = await self._kept(given)
-        return bool(kept)
+        return bool(await self._kept(given))
 
     async def update(self, row_id: str, owner: str, change: Change) -> bool | None:
         async def changed(db: Any) -> StoredResponse | None:
@@ -85,10 +87,9 @@ class PostgresStore:
                 stored = await make(db)
                 if stored is None:
                     return None
-                size = len(stored.response) + len(stored.input)
-                if size > self.max_bytes:
-                    log.warning("response too large to store", response_id=stored.id, bytes=size, max_bytes=self.max_bytes)
+                if _over_bound(stored, self.max_bytes):
                     return False
+                size = len(stored.response) + len(stored.input)
                 await db.execute(
                     "INSERT INTO dragoman_responses (id, created_at, size, response, input, owner) "
                     "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET created_at = EXCLUDED.created_at, "
@@ -96,11 +97,9 @@ class PostgresStore:
                     (stored.id, stored.created_at, size, stored.response, stored.input, stored.owner),
                 )
                 if stored.id in await self._prune(db):
-                    raise _PushedOut(stored.id, size)  # rolled back: the older rows it would have cost stay
+                    raise _PushedOut(stored, size)
         except _PushedOut as out:
-            row_id, size = out.args
-            log.warning("response not stored: its key already holds more of max_bytes than the others",
-                        response_id=row_id, bytes=size, max_bytes=self.max_bytes)  # fmt: skip
+            out.log(self.max_bytes)
             return False
         return True
 
@@ -159,10 +158,6 @@ class PostgresStore:
                 await db.execute("INSERT INTO dragoman_schema (version) VALUES (%s)", (len(MIGRATIONS),))
             else:
                 await db.execute("UPDATE dragoman_schema SET version = %s", (len(MIGRATIONS),))
-
-
-class _PushedOut(Exception):
-    """The row just written is among those its own write evicts: roll it back."""
 
 
 class _Connection:
