@@ -13,27 +13,15 @@ import httpx
 import openai
 import pytest
 
+from tests.server.test_background_responses import CONFIG, client
 from tests.support.scripted import ScriptedBackend
 from tests.support.server import RunningServer, config_from_yaml, serve
-
-CONFIG = """\
-server:
-  api_keys: "key-a, key-b"
-  responses: {{path: {path}}}
-models:
-  - {{name: scripted, backend: 'tests.support.scripted:ScriptedBackend', delay: 0.02}}
-"""
-
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, RunningServer]]:
     config = config_from_yaml(CONFIG.format(path=tmp_path_factory.mktemp("shared") / "responses.sqlite3"))
     with serve(config) as running, serve(config) as other:
         yield running, other
-
-
-def client(server: RunningServer, key: str = "key-a") -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
 
 
 def _started(server: RunningServer) -> str:

@@ -44,6 +44,12 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def logged(request: web.Request) -> str:
+    """A request as the stand-ins record it: method, path and the Range asked for."""
+    ranged = request.headers.get("Range")
+    return f"{request.method} {request.path}" + (f" ({ranged})" if ranged else "")
+
+
 async def send_ranged(
     request: web.Request, stored: StoredBytes, *, corrupt: bool = False, cut: int | None = None, pace: float = 0.0
 ) -> web.StreamResponse:

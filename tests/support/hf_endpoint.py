@@ -24,7 +24,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.support.blob_host import StoredBytes, running_apps, send_ranged
+from tests.support.blob_host import StoredBytes, logged, running_apps, send_ranged
 
 LFS_SUFFIXES = (".onnx", ".data", ".gguf", ".bin")
 
@@ -102,8 +102,7 @@ class Hub:
         return await send_ranged(request, found, corrupt=found.path in self.corrupt, cut=self.drop_once.pop(found.sha256, None))
 
     def _log(self, request: web.Request) -> None:
-        ranged = request.headers.get("Range")
-        self.requests.append(f"{request.method} {request.path}" + (f" ({ranged})" if ranged else ""))
+        self.requests.append(logged(request))
 
     def hub_app(self) -> web.Application:
         app = web.Application()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.support.blob_host import StoredBytes, running_apps, send_ranged
+from tests.support.blob_host import StoredBytes, logged, running_apps, send_ranged
 
 MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG = "application/vnd.docker.container.image.v1+json"
@@ -84,8 +84,7 @@ class Registry:
         return await send_ranged(request, blob, corrupt=blob.digest in self.corrupt, cut=self.drop_once.pop(blob.digest, None), pace=self.pace)
 
     def _log(self, request: web.Request) -> None:
-        ranged = request.headers.get("Range")
-        self.requests.append(f"GET {request.path}" + (f" ({ranged})" if ranged else ""))
+        self.requests.append(logged(request))
 
     def app(self) -> web.Application:
         app = web.Application()
