@@ -28,6 +28,11 @@ def chat_message_field(index: int, role: str) -> str:
     return f"messages[{index}].content"
 
 
+def call_named(call_id: str | None, name: str) -> str:
+    """An earlier tool call as an error names it: by its id, else by the tool's name."""
+    return f"id '{call_id}'" if call_id else f"name '{name}'"
+
+
 def chat_call_field(index: int, position: int, call_id: str | None, name: str) -> str:
     return f"messages[{index}].tool_calls[{position}].function.arguments"
 

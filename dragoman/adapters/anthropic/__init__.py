@@ -3,7 +3,7 @@ and upstream side."""
 
 from __future__ import annotations
 
-from dragoman.adapters.dialect import Dialect
+from dragoman.adapters.dialect import Dialect, call_named
 from dragoman.adapters.anthropic.convert import count_request, image_blocks, remote_image_urls, think_level_for_budget, to_canonical
 from dragoman.adapters.anthropic.stream import (
     StreamEncoder,
@@ -44,8 +44,7 @@ def _message_field(index: int, role: str) -> str:
 
 
 def _call_field(index: int, position: int, call_id: str | None, name: str) -> str:
-    which = f"id '{call_id}'" if call_id else f"name '{name}'"
-    return f"messages (tool_use block {which}).input"
+    return f"messages (tool_use block {call_named(call_id, name)}).input"
 
 
 DIALECT = Dialect(

@@ -4,7 +4,7 @@ and upstream side. Errors before a stream begins are OpenAI's ``{"error": {…}}
 
 from __future__ import annotations
 
-from dragoman.adapters.dialect import Dialect
+from dragoman.adapters.dialect import Dialect, call_named
 from dragoman.adapters.openai import render_error
 from dragoman.adapters.responses.convert import builtin_tools, image_parts, input_items, remote_image_urls, to_canonical
 from dragoman.adapters.responses.items import decode_items, output_items, stored_item
@@ -51,8 +51,7 @@ def _message_field(index: int, role: str) -> str:
 
 
 def _call_field(index: int, position: int, call_id: str | None, name: str) -> str:
-    which = f"id '{call_id}'" if call_id else f"name '{name}'"
-    return f"input (function_call {which}).arguments"
+    return f"input (function_call {call_named(call_id, name)}).arguments"
 
 
 DIALECT = Dialect(
