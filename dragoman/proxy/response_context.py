@@ -100,12 +100,12 @@ async def history_of(store: ResponseStore, request: wire.ResponsesRequest, owner
     stored = await get_response(store, previous_id, owner)
     if stored is None:
         raise ResponseNotFound(previous_id, param="previous_response_id")
-    if (status := stored_status(stored)) in RUNNING:
+    earlier = _output_decoder.decode(stored.response)
+    if earlier.status in RUNNING:
         raise RequestError(
-            f"previous_response_id: response '{previous_id}' is still {status} (a background response); "
+            f"previous_response_id: response '{previous_id}' is still {earlier.status} (a background response); "
             "poll it until it completes, then continue from it", param="previous_response_id",
         )  # fmt: skip
-    earlier = _output_decoder.decode(stored.response)
     return latest_compaction_view([*_item_list.decode(stored.input), *responses.output_items(earlier)])
 
 

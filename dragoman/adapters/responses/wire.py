@@ -235,10 +235,12 @@ class Response(msgspec.Struct, kw_only=True):
 
 
 class ResponseOutput(msgspec.Struct):
-    """Only the output of a stored response: what the next turn reads back, whatever
+    """Only the output of a stored response, and its status (a background run's is
+    ``queued`` or ``in_progress`` until it ends): what the next turn reads back, whatever
     version of the response object the row was written with."""
 
     output: list[OutputItem] = msgspec.field(default_factory=list)
+    status: str | None = None
 
 
 # -- stream events -----------------------------------------------------------------------
